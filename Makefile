@@ -1,0 +1,21 @@
+# Thin wrapper over CMake so the README's two commands stay short.
+#   make run   — install deps, build, run ds4 on the default model
+#   make test  — install deps, build, run the whole test suite (what CI runs)
+BUILD ?= build
+JOBS ?= $(shell nproc)
+PROMPT ?= Tell me a short story about a lighthouse keeper.
+CMAKE_FLAGS ?=
+
+.PHONY: deps configure build test run clean
+deps:
+	@scripts/install-deps.sh
+configure: deps
+	@cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS) >/dev/null
+build: configure
+	@cmake --build $(BUILD) -j $(JOBS)
+test: build
+	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 1500
+run: build
+	@$(BUILD)/ds4 -p "$(PROMPT)"
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,47 @@
+# ds4_add_subdirs(DIR): add DIR and then every direct child of DIR that has a CMakeLists.txt.
+# Each module owns its own CMakeLists.txt, so adding a module never edits a shared file.
+function(ds4_add_subdirs dir)
+  set(base ${CMAKE_CURRENT_SOURCE_DIR}/${dir})
+  if(EXISTS ${base}/CMakeLists.txt)
+    add_subdirectory(${dir})
+  endif()
+  file(GLOB children LIST_DIRECTORIES true RELATIVE ${base} ${base}/*)
+  list(SORT children)
+  foreach(child ${children})
+    if(IS_DIRECTORY ${base}/${child} AND EXISTS ${base}/${child}/CMakeLists.txt)
+      add_subdirectory(${dir}/${child})
+    endif()
+    # one more level (src/backend/cpu, src/backend/cuda)
+    if(IS_DIRECTORY ${base}/${child} AND NOT EXISTS ${base}/${child}/CMakeLists.txt)
+      file(GLOB grand LIST_DIRECTORIES true RELATIVE ${base}/${child} ${base}/${child}/*)
+      list(SORT grand)
+      foreach(g ${grand})
+        if(IS_DIRECTORY ${base}/${child}/${g} AND EXISTS ${base}/${child}/${g}/CMakeLists.txt)
+          add_subdirectory(${dir}/${child}/${g})
+        endif()
+      endforeach()
+    endif()
+  endforeach()
+endfunction()
+
+# ds4_library(NAME SOURCES... [DEPS ...]): a static library of our code with the project's warnings.
+function(ds4_library name)
+  cmake_parse_arguments(A "" "" "SOURCES;DEPS;PUBLIC_DEPS" ${ARGN})
+  add_library(${name} STATIC ${A_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${DS4_WARNINGS}>)
+  target_link_libraries(${name} PUBLIC ${A_PUBLIC_DEPS} PRIVATE ${A_DEPS})
+endfunction()
+
+# ds4_test(NAME SOURCES... [DEPS ...] [LABELS ...]): a GoogleTest binary registered with ctest.
+function(ds4_test name)
+  cmake_parse_arguments(A "" "" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${A_SOURCES})
+  target_compile_options(${name} PRIVATE ${DS4_WARNINGS})
+  target_compile_definitions(${name} PRIVATE
+    DS4_SOURCE_DIR="${PROJECT_SOURCE_DIR}" DS4_BINARY_DIR="${PROJECT_BINARY_DIR}"
+    DS4_SHARED_DIR="${DS4_SHARED_DIR}")
+  target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gtest GTest::gtest_main GTest::gmock)
+  include(GoogleTest)
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${A_LABELS}")
+endfunction()
