@@ -1,0 +1,82 @@
+// The DeepSeek V4 forward pass on the CPU (spec §3): layer-major over a batch of consecutive
+// tokens. Projections run batched (backend/cpu/linear.h); the position-dependent steps (RoPE,
+// KV store, compressors, indexer, attention) step through the batch token by token exactly as
+// decode does, so every chunking of a prompt gives bit-identical logits (spec §4.2 contract).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/cpu/linear.h"
+#include "model/config.h"
+#include "model/kv_state.h"
+#include "model/weights.h"
+
+namespace ds4::cpu {
+
+/// Runs batches of tokens through the model. One instance per session (it owns scratch).
+class Forward {
+ public:
+  /// `threads` >= 1 OpenMP threads for the matrix products.
+  Forward(const model::Config& config, const model::Weights& weights, int threads);
+
+  /// Evaluates tokens[0..n) at absolute positions pos0..pos0+n-1, updating `kv`. Writes the
+  /// next-token logits (n_vocab f32) of the last token to `last_logits`, and when `all_logits`
+  /// is non-empty (n * n_vocab) those of every token. Throws ds4::Error for a token id outside
+  /// the vocabulary or positions beyond kv.ctx().
+  void eval(std::span<const int32_t> tokens, int64_t pos0, model::KvState& kv,
+            std::span<float> last_logits, std::span<float> all_logits = {});
+
+  /// Bytes of weights a single-token decode step reads (for bandwidth reports).
+  uint64_t decode_weight_bytes() const;
+
+ private:
+  void attention_layer(uint32_t il, std::span<const int32_t> tokens, int64_t pos0,
+                       model::LayerKv& kv, int64_t raw_cap);
+  void ffn_layer(uint32_t il, std::span<const int32_t> tokens);
+  void hc_pre(const model::Matrix& fn, std::span<const float> scale, std::span<const float> base,
+              int64_t n);
+  void output_head(int64_t t, float* logits);
+  void resize(int64_t n);
+
+  const model::Config& c_;
+  const model::Weights& w_;
+  int threads_;
+  ActScratch act_;
+  // Batch buffers, row-major per token.
+  std::vector<float> x_;        // n x hc_dim: hyper-connection state X
+  std::vector<float> x_next_;   // n x hc_dim
+  std::vector<float> flat_;     // n x hc_dim: RMS-normed X
+  std::vector<float> mix_;      // n x hc_mix
+  std::vector<float> pre_, post_, comb_;  // n x n_hc, n x n_hc, n x n_hc^2
+  std::vector<float> sub_in_;   // n x n_embd: HC-pre output
+  std::vector<float> h_;        // n x n_embd: normed sublayer input
+  std::vector<float> y_;        // n x n_embd: sublayer output
+  std::vector<float> qr_;       // n x q_lora (normed)
+  std::vector<float> q_;        // n x q_dim
+  std::vector<float> kv_row_;   // n x head_dim
+  std::vector<float> ck_, cs_;  // n x compressor width
+  std::vector<float> ik_, is_;  // n x indexer compressor width
+  std::vector<float> iq_;       // n x indexer q dim
+  std::vector<float> iw_;       // n x indexer heads
+  std::vector<float> attn_;     // n x q_dim: attention output per head
+  std::vector<float> low_;      // n x out_low_dim
+  std::vector<float> row_, irow_;    // one compressed row (head_dim / indexer dim)
+  std::vector<float> scores_;        // indexer scores / attention scratch
+  std::vector<uint32_t> selected_;   // indexer selection
+  std::vector<const float*> rows_;   // attention row pointers
+  std::vector<float> router_logits_, router_p_;  // n x n_expert
+  std::vector<int32_t> sel_;         // n x n_used
+  std::vector<float> sel_w_;         // n x n_used
+  std::vector<float> moe_;           // n x n_embd
+  std::vector<float> gate_, up_, mid_;  // n x n_ff
+  std::vector<float> down_;          // n x n_embd
+  std::vector<int64_t> expert_tokens_;  // token list of one expert
+  std::vector<float> gather_;        // gathered h rows for one expert
+  std::vector<float> gather_w_;
+  std::vector<float> head_z_, head_pre_, head_w_;
+  int64_t cap_ = 0;
+};
+
+}  // namespace ds4::cpu

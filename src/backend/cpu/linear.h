@@ -1,0 +1,31 @@
+// Batched products of a quantized weight matrix with the activations of several tokens, the
+// CPU backend's one matrix kernel. Each (row, token) value is the same quant::vec_dot a
+// single-token matvec computes, so a prefill of any chunk size gives bit-identical results to
+// token-by-token decode; OpenMP splits rows across threads, which does not change any value.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/weights.h"
+
+namespace ds4::cpu {
+
+/// Scratch for quantized activations (reused between calls, grows as needed).
+struct ActScratch {
+  std::vector<uint8_t> bytes;
+};
+
+/// Y[t * y_stride + r] = dot(W row (row0 + r), X[t * x_stride .. + W.cols]) for r in [0, n_rows),
+/// t in [0, n_tok). X and Y are f32. Activations are quantized once per token to
+/// quant::activation_type(W.type). Throws ds4::Error on a malformed matrix.
+void matmul(const model::Matrix& w, int64_t row0, int64_t n_rows, const float* x, int64_t x_stride,
+            int64_t n_tok, float* y, int64_t y_stride, ActScratch& scratch, int threads);
+
+/// matmul over all rows of W.
+inline void matmul(const model::Matrix& w, const float* x, int64_t x_stride, int64_t n_tok,
+                   float* y, int64_t y_stride, ActScratch& scratch, int threads) {
+  matmul(w, 0, w.rows, x, x_stride, n_tok, y, y_stride, scratch, threads);
+}
+
+}  // namespace ds4::cpu

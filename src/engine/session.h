@@ -1,0 +1,61 @@
+// A generation session: the tokens consumed so far, the next-token logits and the backend's
+// KV state (spec §4). Prefill in chunks of any size gives the same logits as decoding token by
+// token; snapshots use the DSV4 payload layout of product-surface §4.2 / spec §4.3.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/backend.h"
+#include "model/config.h"
+
+namespace ds4 {
+
+/// Progress callback: (tokens done, tokens total) during prefill.
+using ProgressFn = std::function<void(int64_t, int64_t)>;
+
+class Session {
+ public:
+  /// An empty session of `ctx` tokens on `backend`. Throws ds4::Error when it cannot be
+  /// allocated.
+  Session(const model::Config& config, Backend& backend, int64_t ctx);
+
+  /// Appends `tokens` and evaluates them in chunks of `chunk` tokens (0 = all at once).
+  /// Throws ds4::Error when the total would reach ctx (prompts must be shorter than ctx).
+  void prefill(std::span<const int32_t> tokens, int64_t chunk = 0, const ProgressFn& progress = {});
+  /// Appends one token (decode step).
+  void decode(int32_t token) { prefill(std::span<const int32_t>(&token, 1)); }
+  /// Makes the session hold exactly `prompt`, reusing the longest common token prefix (at least
+  /// one token is always re-evaluated so the logits are fresh). Returns the reused length.
+  int64_t sync(std::span<const int32_t> prompt, int64_t chunk = 0, const ProgressFn& progress = {});
+  /// Truncates to the first n tokens (re-evaluates from the start: exact, not fast).
+  void rewind(int64_t n, int64_t chunk = 0);
+  /// Forgets everything.
+  void reset();
+
+  /// Logits for the next token (n_vocab f32); empty before the first token.
+  std::span<const float> logits() const;
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+  int64_t ctx() const { return ctx_; }
+  int64_t remaining() const { return ctx_ - static_cast<int64_t>(tokens_.size()); }
+
+  /// Serialises tokens, logits and KV state as a DSV4 payload (spec §4.3), little-endian.
+  std::vector<uint8_t> save() const;
+  /// Restores a payload written by save() (or by ds4 for the same model shape). Throws
+  /// ds4::Error naming the field on a bad magic/version, a mismatched model shape, a context
+  /// too small for the saved tokens, or a truncated payload; the session is unchanged then.
+  void load(std::span<const uint8_t> payload);
+
+ private:
+  const model::Config& config_;
+  int64_t ctx_;
+  std::unique_ptr<BackendSession> backend_;
+  std::vector<int32_t> tokens_;
+  std::vector<float> logits_;
+  bool have_logits_ = false;
+};
+
+}  // namespace ds4
