@@ -409,7 +409,7 @@ std::vector<ValueRef> ValueRef::array_items() const {
   const ValueType item = item_type();
   const uint64_t count = size();
   std::vector<ValueRef> out;
-  out.reserve(static_cast<size_t>(count));  // validated: count items fit in the file
+  out.reserve(static_cast<size_t>(std::min(count, kMaxReserve)));
   uint64_t off = offset_ + 12;
   for (uint64_t i = 0; i < count; ++i) {
     ValueRef r = *this;

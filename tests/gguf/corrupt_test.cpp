@@ -95,6 +95,49 @@ TEST(GgufCorrupt, EveryByteFlippedNeverCrashes) {
   EXPECT_GT(accepted, 0u);           // data-byte changes are not errors
 }
 
+// Every metadata value type id and every tensor type id set to each id in turn: unknown value
+// types are rejected at their offset; known ones reinterpret the bytes (accepted or ds4::Error);
+// unknown tensor types are recorded.
+TEST(GgufCorrupt, FlippedTypeIds) {
+  const std::vector<uint8_t> full = small_valid_file();
+  const Reader ok = Reader::from_memory(full, "t.gguf");
+  for (const ValueRef& v : ok.metadata()) {
+    const uint64_t type_at = v.offset() - 4;
+    for (uint32_t type = 0; type < 16; ++type) {
+      std::vector<uint8_t> bad = full;
+      std::memcpy(bad.data() + type_at, &type, 4);
+      try {
+        const Reader r = Reader::from_memory(bad, "t.gguf");
+        EXPECT_LE(type, kMaxValueType);
+        (void)r.at(v.key()).to_value();
+      } catch (const ds4::Error& e) {
+        if (type > kMaxValueType) {
+          EXPECT_EQ(std::string(e.what()), fmt::format("t.gguf: offset {}: metadata key '{}': unknown value type {}",
+                                                       type_at, v.key(), type));
+        } else {
+          EXPECT_TRUE(starts_with(e.what(), "t.gguf: offset ")) << e.what();
+        }
+      }
+    }
+  }
+  for (const TensorInfo& t : ok.tensors()) {
+    const uint64_t type_at = t.directory_offset + 8 + t.name.size() + 4 + 8 * t.n_dims;
+    for (uint32_t type = 0; type < 48; ++type) {
+      std::vector<uint8_t> bad = full;
+      std::memcpy(bad.data() + type_at, &type, 4);
+      try {
+        const Reader r = Reader::from_memory(bad, "t.gguf");
+        const TensorInfo& got = r.tensor(t.name);
+        EXPECT_EQ(got.type_id, type);
+        EXPECT_EQ(got.type_known, ggml_type_info(type).has_value());
+      } catch (const ds4::Error& e) {
+        // a larger type no longer fits in the file
+        EXPECT_NE(std::string(e.what()).find("extends past the end of the file"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
 TEST(GgufCorrupt, HeaderFields) {
   const std::vector<uint8_t> good = small_valid_file();
   {
