@@ -1,0 +1,39 @@
+#include "model/experts.h"
+
+#include <cmath>
+
+#include "common/error.h"
+
+namespace ds4::model {
+
+float silu(float z) {
+  float s;
+  if (z >= 0.0f) {
+    s = 1.0f / (1.0f + std::exp(-z));
+  } else {
+    const float e = std::exp(z);
+    s = e / (1.0f + e);
+  }
+  return z * s;
+}
+
+void expert_swiglu(std::span<const float> gate, std::span<const float> up, float clamp,
+                   float weight, std::span<float> out) {
+  if (up.size() != gate.size() || out.size() != gate.size()) {
+    fail("expert_swiglu: gate {}, up {} and out {} sizes differ", gate.size(), up.size(),
+         out.size());
+  }
+  const bool clamped = clamp > 1.0e-6f;
+  for (size_t i = 0; i < gate.size(); ++i) {
+    float g = gate[i];
+    float u = up[i];
+    if (clamped) {
+      if (g > clamp) g = clamp;
+      if (u > clamp) u = clamp;
+      if (u < -clamp) u = -clamp;
+    }
+    out[i] = silu(g) * u * weight;
+  }
+}
+
+}  // namespace ds4::model
