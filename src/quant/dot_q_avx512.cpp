@@ -184,36 +184,33 @@ float dot_q4_k(const void* w, const void* act, int64_t n) {
 }
 
 float dot_iq2_xxs(const void* w, const void* act, int64_t n) {
+  // One sub-block (32 weights) per ymm, as in the AVX2 kernel: grid points and sign bytes come
+  // from 8-byte table entries; VNNI dpwssd applies the sub-block scale and accumulates.
   const auto* wb = static_cast<const BlockIq2Xxs*>(w);
   const auto* yb = static_cast<const BlockQ8_K*>(act);
   const uint64_t* grid = kIq2xxs.grid;
-  const uint8_t* signs = kIq2xxs.signs;
+  const uint64_t* sb = kIq2xxs.sign_bytes;
+  const __m256i one = _mm256_set1_epi8(1);
   float sum = 0.0f;
   for (int64_t b = 0; b < n / kQK_K; ++b) {
-    __m512i acc = _mm512_setzero_si512();
-    for (int kk = 0; kk < 4; ++kk) {  // sub-blocks 2kk and 2kk + 1
-      uint32_t a[4];
-      std::memcpy(a, wb[b].qs + 8 * kk, 16);
-      const __m512i g = _mm512_set_epi64(
-          static_cast<long long>(grid[a[2] >> 24]), static_cast<long long>(grid[(a[2] >> 16) & 255]),
-          static_cast<long long>(grid[(a[2] >> 8) & 255]), static_cast<long long>(grid[a[2] & 255]),
+    __m256i acc = _mm256_setzero_si256();
+    for (int k = 0; k < 8; ++k) {
+      uint32_t a[2];
+      std::memcpy(a, wb[b].qs + 4 * k, 8);
+      const __m256i g = _mm256_set_epi64x(
           static_cast<long long>(grid[a[0] >> 24]), static_cast<long long>(grid[(a[0] >> 16) & 255]),
           static_cast<long long>(grid[(a[0] >> 8) & 255]), static_cast<long long>(grid[a[0] & 255]));
-      uint64_t neg = 0;
-      for (int t = 0; t < 4; ++t) {
-        neg |= static_cast<uint64_t>(signs[(a[1] >> (7 * t)) & 127]) << (8 * t);
-        neg |= static_cast<uint64_t>(signs[(a[3] >> (7 * t)) & 127]) << (32 + 8 * t);
-      }
-      const __m512i yq = _mm512_loadu_si512(yb[b].qs + 64 * kk);
-      const __m512i sy = _mm512_mask_sub_epi8(yq, static_cast<__mmask64>(neg),
-                                              _mm512_setzero_si512(), yq);
-      const __m512i p16 = _mm512_maddubs_epi16(g, sy);
-      acc = _mm512_dpwssd_epi32(
-          acc, p16, splat2_epi16(static_cast<int>(2 * (a[1] >> 28) + 1),
-                                 static_cast<int>(2 * (a[3] >> 28) + 1)));
+      const __m256i sign = _mm256_set_epi64x(
+          static_cast<long long>(sb[(a[1] >> 21) & 127]), static_cast<long long>(sb[(a[1] >> 14) & 127]),
+          static_cast<long long>(sb[(a[1] >> 7) & 127]), static_cast<long long>(sb[a[1] & 127]));
+      const __m256i yq = load32(yb[b].qs + 32 * k);
+      // 0xff lanes negate y, 0x01 lanes keep it (y in [-127, 127] cannot overflow).
+      const __m256i sy = _mm256_sign_epi8(yq, _mm256_or_si256(sign, one));
+      const auto ls = static_cast<int16_t>(2 * (a[1] >> 28) + 1);
+      acc = _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(g, sy), _mm256_set1_epi16(ls));
     }
     const float d = f16_to_f32(wb[b].d) * yb[b].d;
-    sum = sum + d * static_cast<float>(_mm512_reduce_add_epi32(acc));
+    sum = sum + d * static_cast<float>(simd::hsum_i32(acc));
   }
   return 0.125f * sum;
 }

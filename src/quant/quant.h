@@ -63,7 +63,8 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 /// Encodes src[0..n) into row_bytes(type, n) bytes at `dst` with the reference quantizer of
 /// `type`:
 /// - F32 copies, F16/BF16 round to nearest even (IEEE overflow to inf, spec §5.1);
-/// - Q8_0: d = max|x|/127 stored as f16, q = round-half-away(x / d) (spec §5.2);
+/// - Q8_0: d = max|x|/127 stored as f16, q = round-half-away(x * (1/d)) with the unrounded d
+///   (spec §5.2, gguf-tools quants.c:341);
 /// - Q2_K/Q4_K: per sub-block least-squares scale/min search, scales quantized against f16
 ///   super-scales (k_quant.h);
 /// - IQ2_XXS: nearest-grid-point search per group of 8 with sign-parity fix-up and a per
