@@ -15,13 +15,11 @@ void check_params(const CompressorParams& p) {
   if (p.head_dim < p.rope.n_rot) {
     fail("compressor: row width {} is smaller than the RoPE tail {}", p.head_dim, p.rope.n_rot);
   }
-  if (p.kind == CompressedRowKind::kAttention &&
-      (p.head_dim - p.rope.n_rot) % kFp8BlockSize != 0) {
-    fail("compressor: attention row non-RoPE width {} is not a multiple of {}",
-         p.head_dim - p.rope.n_rot, kFp8BlockSize);
-  }
-  if (p.kind == CompressedRowKind::kIndexer && p.head_dim != kHadamardSize) {
-    fail("compressor: indexer rows must be {} wide, got {}", kHadamardSize, p.head_dim);
+  const uint32_t d = p.head_dim;
+  if (p.kind == CompressedRowKind::kIndexer &&
+      (d % kFp4BlockSize != 0 || d > kMaxHadamardSize || (d & (d - 1)) != 0)) {
+    fail("compressor: indexer rows must be a power-of-two multiple of {} wide, got {}",
+         kFp4BlockSize, d);
   }
 }
 

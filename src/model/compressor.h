@@ -33,7 +33,7 @@ inline constexpr float kCompressorEmptyScore = -1.0e30f;
 /// What happens to an emitted row after RMSNorm and RoPE.
 enum class CompressedRowKind {
   kAttention,  ///< FP8 round trip on dims [0, D - n_rot) (spec §3.4.4); D = 512 in the model
-  kIndexer,    ///< hadamard128 + FP4 on all D = 128 dims (spec §3.4.7)
+  kIndexer,    ///< Hadamard + FP4 on all D dims (D = 128 in the real model) (spec §3.4.7)
 };
 
 /// Shape and post-processing of one compressor.

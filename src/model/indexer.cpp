@@ -10,13 +10,14 @@
 
 namespace ds4::model {
 
-void indexer_prepare_query(std::span<float> q, const RopeParams& rope, uint32_t pos) {
-  if (q.empty() || q.size() % kHadamardSize != 0) {
-    fail("indexer_prepare_query: {} values are not whole {}-wide heads", q.size(), kHadamardSize);
+void indexer_prepare_query(std::span<float> q, size_t head_dim, const RopeParams& rope,
+                           uint32_t pos) {
+  if (head_dim == 0 || q.empty() || q.size() % head_dim != 0) {
+    fail("indexer_prepare_query: {} values are not whole {}-wide heads", q.size(), head_dim);
   }
-  rope_tail(q, kHadamardSize, rope, pos, /*inverse=*/false);
-  for (size_t off = 0; off < q.size(); off += kHadamardSize) {
-    indexer_qat_row(q.subspan(off, kHadamardSize));
+  rope_tail(q, head_dim, rope, pos, /*inverse=*/false);
+  for (size_t off = 0; off < q.size(); off += head_dim) {
+    indexer_qat_row(q.subspan(off, head_dim));
   }
 }
 

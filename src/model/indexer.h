@@ -19,8 +19,10 @@ namespace ds4::model {
 
 /// Prepares indexer query heads in place: tail RoPE at position pos with the layer's params
 /// (rotating the last rope.n_rot dims of each head), then indexer_qat_row on every head.
-/// q: n_head x 128 values. Throws ds4::Error when q is not whole 128-wide heads.
-void indexer_prepare_query(std::span<float> q, const RopeParams& rope, uint32_t pos);
+/// q: n_head x head_dim values (128 in the real model). Throws ds4::Error when q is not whole
+/// heads or a head is not a power-of-two multiple of 32 wide.
+void indexer_prepare_query(std::span<float> q, size_t head_dim, const RopeParams& rope,
+                           uint32_t pos);
 
 /// score[c] = sum_h (w[h] * s) * max(0, dot(q_h, row_c)), s = 1/sqrt(n_head * head_dim)
 /// (spec §3.4.7 steps 4-5), f32, heads added in order h = 0..n_head-1.

@@ -18,7 +18,8 @@ namespace ds4::model {
 
 inline constexpr size_t kFp8BlockSize = 64;   ///< FP8 KV block (spec §3.4.4)
 inline constexpr size_t kFp4BlockSize = 32;   ///< FP4 activation block (spec §3.4.7)
-inline constexpr size_t kHadamardSize = 128;  ///< indexer Hadamard width (spec §3.4.7)
+inline constexpr size_t kHadamardSize = 128;  ///< indexer Hadamard width of the real model (spec §3.4.7)
+inline constexpr size_t kMaxHadamardSize = 4096;  ///< largest Hadamard width accepted
 inline constexpr float kE4m3Max = 448.0f;     ///< largest finite E4M3FN value (index 126)
 inline constexpr float kE2m1Max = 6.0f;       ///< largest E2M1 value (index 7)
 
@@ -39,23 +40,24 @@ float e2m1_value(int index);
 float e2m1_round(float v);
 
 /// FP8 KV simulation in place (spec §3.4.4) on consecutive blocks of 64 values. Pass the
-/// non-RoPE part of a row (dims 0..447 of a 512-wide KV row: 7 blocks).
-/// Throws ds4::Error when x.size() is not a multiple of 64 or a block is not finite.
+/// non-RoPE part of a row (dims 0..447 of a 512-wide KV row: 7 blocks). A trailing partial
+/// block (small test shapes only) is scaled on its own, as the Python reference does.
+/// Throws ds4::Error when a block is not finite.
 void fp8_kv_round_trip(std::span<float> x);
 
-/// In-place Sylvester/Walsh-Hadamard transform of 128 values, butterflies for stride
-/// 1, 2, ..., 64 ((a, b) -> (a + b, a - b)), then every value times 1/sqrt(128) =
-/// 0.08838834764831845f (spec §3.4.7 step 3). Orthonormal: applying it twice gives x back
-/// up to rounding. Throws ds4::Error when x.size() != 128.
-void hadamard128(std::span<float> x);
+/// Walsh-Hadamard transform in place: Sylvester butterflies with strides 1, 2, ..., n/2
+/// ((a, b) -> (a + b, a - b)), then every value times 1/sqrt(n) (for n = 128:
+/// 0.08838834764831845f, spec §3.4.7 step 3). Orthonormal: applying it twice gives x back up
+/// to rounding. Throws ds4::Error when n = x.size() is not a power of two in [2, 4096].
+void hadamard(std::span<float> x);
 
 /// FP4 E2M1 simulation in place (spec §3.4.7 step 3) on consecutive blocks of 32 values.
 /// Throws ds4::Error when x.size() is not a multiple of 32 or a block is not finite.
 void fp4_round_trip(std::span<float> x);
 
-/// Indexer quantisation-aware row: hadamard128 then fp4_round_trip, in place, on one
-/// 128-wide indexer query head or indexer compressed row (spec §3.4.7 step 3, §3.4.5).
-/// Throws ds4::Error when x.size() != 128 or a value is not finite.
+/// Indexer quantisation-aware row: hadamard then fp4_round_trip, in place, on one indexer
+/// query head or indexer compressed row (128 wide in the real model; spec §3.4.7 step 3).
+/// Throws ds4::Error when x.size() is not a power-of-two multiple of 32 or a value is not finite.
 void indexer_qat_row(std::span<float> x);
 
 }  // namespace ds4::model

@@ -327,8 +327,8 @@ TEST(Compressor, ApeAddsTheRowOfThePositionModRatio) {
 
 TEST(Compressor, BadInputsThrow) {
   EXPECT_THROW(Compressor(make_params(0, 512, CompressedRowKind::kAttention)), Error);
-  EXPECT_THROW(Compressor(make_params(4, 512, CompressedRowKind::kIndexer)), Error);
-  EXPECT_THROW(Compressor(make_params(4, 100, CompressedRowKind::kAttention)), Error);
+  EXPECT_THROW(Compressor(make_params(4, 96, CompressedRowKind::kIndexer)), Error);   // not 2^k
+  EXPECT_THROW(Compressor(make_params(4, 16, CompressedRowKind::kIndexer)), Error);   // < FP4 block
   EXPECT_THROW(Compressor(make_params(4, 32, CompressedRowKind::kAttention)), Error);
   CompressorParams unset = make_params(4, 512, CompressedRowKind::kAttention);
   unset.rope = RopeParams{};

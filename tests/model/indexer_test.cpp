@@ -108,7 +108,7 @@ TEST(Indexer, PrepareQueryRotatesTailThenAppliesHadamardAndFp4) {
   std::vector<float> q(2 * 128, 0.0f);
   q[64] = 1.0f;
   q[128 + 64] = 1.0f;
-  indexer_prepare_query(q, rope, 1);
+  indexer_prepare_query(q, 128, rope, 1);
   const double c = std::cos(1.0), s = std::sin(1.0);
   for (size_t h = 0; h < 2; ++h) {
     // H row i: (-1)^popcount(i & j) / sqrt(128) at j = 64, 65.
@@ -140,7 +140,7 @@ TEST(Indexer, BadInputsThrow) {
   std::vector<uint32_t> idx(2);
   EXPECT_THROW(indexer_select_top_k(s, 1, idx), Error);
   std::vector<float> q_bad(100);
-  EXPECT_THROW(indexer_prepare_query(q_bad, rope_params_plain(10000.0f, 64), 0), Error);
+  EXPECT_THROW(indexer_prepare_query(q_bad, 128, rope_params_plain(10000.0f, 64), 0), Error);
 }
 
 }  // namespace

@@ -195,10 +195,9 @@ TEST(KvQuant, NonFiniteAndBadSizesThrow) {
   std::vector<float> y(32, 1.0f);
   y[0] = -INFINITY;
   EXPECT_THROW(fp4_round_trip(y), Error);
-  std::vector<float> odd(65), odd4(33), h127(127), h128(128, 0.0f);
-  EXPECT_THROW(fp8_kv_round_trip(odd), Error);
+  std::vector<float> odd4(33), h127(127), h128(128, 0.0f);
   EXPECT_THROW(fp4_round_trip(odd4), Error);
-  EXPECT_THROW(hadamard128(h127), Error);
+  EXPECT_THROW(hadamard(h127), Error);
   EXPECT_THROW(indexer_qat_row(h127), Error);
   h128[9] = std::nanf("");
   EXPECT_THROW(indexer_qat_row(h128), Error);
@@ -244,17 +243,17 @@ TEST(KvQuant, Fp4HandComputedAndSubnormals) {
 TEST(KvQuant, HadamardMatchesMatrixAndIsOrthonormal) {
   const auto x = random_vector(128, 5, -3, 3);
   auto y = x;
-  hadamard128(y);
+  hadamard(y);
   for (size_t i = 0; i < 128; ++i) {
     double acc = 0;
     for (size_t j = 0; j < 128; ++j) acc += (std::popcount(i & j) % 2 ? -1.0 : 1.0) * x[j];
     ASSERT_NEAR(y[i], acc / std::sqrt(128.0), 1e-5) << i;
   }
-  hadamard128(y);  // H is symmetric and orthonormal: H(Hx) = x
+  hadamard(y);  // H is symmetric and orthonormal: H(Hx) = x
   for (size_t i = 0; i < 128; ++i) ASSERT_NEAR(y[i], x[i], 1e-5);
   std::vector<float> e0(128, 0.0f);
   e0[0] = 1.0f;
-  hadamard128(e0);
+  hadamard(e0);
   for (float v : e0) EXPECT_FLOAT_EQ(v, 0.08838834764831845f);
 }
 
@@ -281,6 +280,48 @@ TEST(KvQuant, IndexerQatIsHadamardThenFp4) {
     }
   }
   EXPECT_GE(exact, 120u);
+}
+
+}  // namespace
+}  // namespace ds4::model
+
+namespace ds4::model {
+namespace {
+
+// Small test shapes: a trailing partial FP8 block is scaled on its own (the tiny model's
+// 48 non-RoPE dims are one 48-value block), and a 32-wide Hadamard is orthonormal.
+TEST(KvQuantShapes, PartialFp8BlockHasItsOwnScale) {
+  std::vector<float> x(112);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (i < 64 ? 100.0f : 0.01f) * std::sin(1.0f + static_cast<float>(i));
+  std::vector<float> head(x.begin(), x.begin() + 64), tail(x.begin() + 64, x.end());
+  fp8_kv_round_trip(x);
+  fp8_kv_round_trip(head);
+  fp8_kv_round_trip(tail);  // 48 values: one block with its own amax
+  for (size_t i = 0; i < 64; ++i) EXPECT_EQ(x[i], head[i]);
+  for (size_t i = 0; i < 48; ++i) EXPECT_EQ(x[64 + i], tail[i]);
+  // The tail's own scale keeps small values accurate (relative error of E4M3 <= 1/16).
+  for (size_t i = 0; i < 48; ++i) {
+    const float ref = 0.01f * std::sin(65.0f + static_cast<float>(i));
+    EXPECT_NEAR(tail[i], ref, std::fabs(ref) / 16 + 1e-9);
+  }
+}
+
+TEST(KvQuantShapes, Hadamard32IsOrthonormal) {
+  std::vector<float> x(32), y;
+  for (size_t i = 0; i < 32; ++i) x[i] = std::cos(0.3f * static_cast<float>(i));
+  y = x;
+  hadamard(y);
+  double n0 = 0, n1 = 0;
+  for (size_t i = 0; i < 32; ++i) { n0 += x[i] * x[i]; n1 += y[i] * y[i]; }
+  EXPECT_NEAR(n1, n0, 1e-5 * n0);
+  // First output = sum / sqrt(32) (the all-ones row).
+  double s = 0;
+  for (float v : x) s += v;
+  EXPECT_NEAR(y[0], s / std::sqrt(32.0), 1e-6);
+  hadamard(y);
+  for (size_t i = 0; i < 32; ++i) EXPECT_NEAR(y[i], x[i], 1e-6);
+  std::vector<float> bad(48);
+  EXPECT_THROW(hadamard(bad), Error);
 }
 
 }  // namespace

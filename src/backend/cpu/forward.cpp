@@ -222,7 +222,7 @@ void Forward::attention_layer(uint32_t il, std::span<const int32_t> tokens, int6
     const size_t n_comp = kv.comp.size() / HD;
     if (ratio == 4 && n_comp > c_.indexer_top_k) {
       std::span<float> iq{&iq_[t * IQ], IQ};
-      model::indexer_prepare_query(iq, rope, pu);
+      model::indexer_prepare_query(iq, ID, rope, pu);
       grow(scores_, n_comp);
       grow(selected_, n_comp);
       model::indexer_scores(iq, {&iw_[t * IH], IH}, {kv.index.data(), n_comp * ID},
@@ -271,7 +271,7 @@ void Forward::ffn_layer(uint32_t il, std::span<const int32_t> tokens) {
     std::span<int32_t> sel{&sel_[t * U], U};
     model::router_probs({&router_logits_[t * E], E}, p);
     if (c_.is_hash_layer(il))
-      model::router_select_hash(L.tid2eid, tokens[t], U, sel);
+      model::router_select_hash(L.tid2eid, tokens[t], E, sel);
     else
       model::router_select_top_k(p, L.exp_probs_b, sel);
     model::router_weights(p, sel, c_.expert_weight_scale, {&sel_w_[t * U], U});
