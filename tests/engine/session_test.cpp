@@ -44,7 +44,7 @@ class SessionTest : public ::testing::TestWithParam<const char*> {
   void SetUp() override {
     const auto path = model_path(GetParam());
     ASSERT_TRUE(std::filesystem::exists(path)) << path << " (built by the ds4_models target)";
-    engine_ = Engine::open({.model_path = path, .backend = "cpu", .threads = 2});
+    engine_ = Engine::open({.model_path = path, .backend = "cpu", .threads = 1});  // ctest runs tests in parallel
   }
   std::unique_ptr<Engine> engine_;
 };
