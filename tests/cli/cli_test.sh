@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# End-to-end checks of the ds4 binary as a user runs it: help, one-shot generation, determinism,
+# diagnostics (--dump-tokens, --render-chat, --dump-logprobs, --inspect) and every bad-input
+# case (clear message, non-zero exit, never a crash).
+# usage: cli_test.sh BUILD_DIR SHARED_DIR
+set -u
+build=$1; shared=$2
+ds4=$build/ds4
+model=$build/models/ds4-tiny-q2.gguf
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+ok() { pass=$((pass+1)); }
+bad() { fail=$((fail+1)); echo "FAIL: $*"; }
+# expect RC PATTERN -- command...: exit code RC and combined output matching PATTERN (grep -E).
+expect() {
+  local rc=$1 pat=$2; shift 3
+  local out; out=$("$@" 2>&1); local got=$?
+  if [ "$got" -ne "$rc" ]; then bad "$* -> exit $got, expected $rc: ${out:0:300}"; return; fi
+  if ! grep -qE -- "$pat" <<<"$out"; then bad "$* -> output lacks /$pat/: ${out:0:300}"; return; fi
+  ok
+}
+
+expect 0 "--prompt-file" -- "$ds4" --help
+expect 2 "nope" -- "$ds4" --nope
+expect 2 "temp" -- "$ds4" -m "$model" -p hi --temp -1
+expect 2 "not both" -- "$ds4" -m "$model" -p hi --prompt-file "$0"
+expect 1 "missing.gguf" -- "$ds4" -m "$tmp/missing.gguf" -p hi
+head -c 1000 "$model" > "$tmp/trunc.gguf"
+expect 1 "trunc.gguf.*(offset|truncated)" -- "$ds4" -m "$tmp/trunc.gguf" -p hi
+printf 'GGUX' > "$tmp/magic.gguf"; tail -c +5 "$model" | head -c 100000 >> "$tmp/magic.gguf"
+expect 1 "magic" -- "$ds4" -m "$tmp/magic.gguf" -p hi
+printf 'caf\xe9 \xff\n' > "$tmp/bad_utf8.txt"
+expect 1 "not valid UTF-8" -- "$ds4" -m "$model" --prompt-file "$tmp/bad_utf8.txt" -n 2
+head -c 20000 "$shared/testdata/text/promessi_sposi.txt" > "$tmp/long.txt"
+expect 1 "context size is 256 tokens" -- "$ds4" -m "$model" --prompt-file "$tmp/long.txt" -c 256 -n 2
+expect 1 "needs -p" -- "$ds4" -m "$model" --dump-tokens
+
+# --dump-tokens: specials are single ids and the pieces decode back to the text.
+out=$("$ds4" -m "$model" --dump-tokens -p $'<｜User｜>Ciao, mondo!<｜Assistant｜>' 2>&1)
+[ "$(wc -l <<<"$out")" -ge 4 ] && grep -q '"<｜User｜>"' <<<"$out" && grep -q '"<｜Assistant｜>"' <<<"$out" && ok || bad "dump-tokens: $out"
+
+# --render-chat reproduces the official golden vectors byte for byte.
+for c in 1 2 4; do
+  mode=thinking; [ "$c" = 4 ] && mode=chat
+  "$ds4" --render-chat "$shared/testdata/encoding/case_$c.input.json" --think-mode $mode > "$tmp/r$c.txt" 2>"$tmp/r$c.err" \
+    && cmp -s "$tmp/r$c.txt" "$shared/testdata/encoding/case_$c.expected.txt" && ok || bad "render-chat case $c: $(head -c 300 "$tmp/r$c.err")"
+done
+
+# One-shot generation is deterministic with --temp 0 on a prompt of > 600 tokens (ratio-4 layers
+# exceed top-k, ratio-128 layers emit rows), and with a fixed seed at temperature 1.
+head -c 3000 "$shared/testdata/text/promessi_sposi.txt" > "$tmp/p600.txt"
+n=$("$ds4" -m "$model" --dump-tokens --prompt-file "$tmp/p600.txt" | wc -l)
+[ "$n" -gt 600 ] && ok || bad "prompt has only $n tokens"
+a=$("$ds4" -m "$model" --prompt-file "$tmp/p600.txt" -n 24 --temp 0 -c 2048 2>/dev/null)
+b=$("$ds4" -m "$model" --prompt-file "$tmp/p600.txt" -n 24 --temp 0 -c 2048 -t 1 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "greedy output differs between runs: [$a] vs [$b]"
+a=$("$ds4" -m "$model" -p "Dimmi una storia" -n 16 --seed 7 2>/dev/null)
+b=$("$ds4" -m "$model" -p "Dimmi una storia" -n 16 --seed 7 2>/dev/null)
+[ -n "$a" ] && [ "$a" = "$b" ] && ok || bad "seeded output differs between runs"
+expect 0 "prefill: .* t/s .* generation: .* t/s" -- "$ds4" -m "$model" -p hi -n 4 --nothink
+
+# --dump-logprobs: greedy steps whose selected token is the top alternative, logprobs <= 0.
+"$ds4" -m "$model" -p "hello" -n 5 --dump-logprobs "$tmp/lp.json" --logprobs-top-k 3 2>/dev/null
+/usr/bin/python3 - "$tmp/lp.json" <<'PY' && ok || bad "dump-logprobs json"
+import json, sys, math
+d = json.load(open(sys.argv[1]))
+assert d["source"] == "ds4" and d["top_k"] == 3 and 1 <= len(d["steps"]) <= 5
+for s in d["steps"]:
+    tops = s["top_logprobs"]
+    assert len(tops) == 3 and s["selected"]["id"] == tops[0]["token"]["id"]
+    assert all(t["logprob"] <= 1e-6 for t in tops)
+    assert tops[0]["logit"] >= tops[1]["logit"] >= tops[2]["logit"]
+    assert abs(sum(math.exp(t["logprob"]) for t in tops)) <= 1.0 + 1e-6
+PY
+expect 0 "layers: 7" -- "$ds4" -m "$model" --inspect
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
