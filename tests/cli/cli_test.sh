@@ -73,6 +73,14 @@ for s in d["steps"]:
     assert abs(sum(math.exp(t["logprob"]) for t in tops)) <= 1.0 + 1e-6
 PY
 expect 0 "layers: 7" -- "$ds4" -m "$model" --inspect
+expect 1 "cannot allocate .* use a smaller --ctx" -- "$ds4" -m "$model" -c 1000000000 -p hi -n 2
+
+# The REPL read from a pipe: two turns (the second reuses the first's KV), commands, bad commands.
+out=$(printf 'ciao\n/nothink\ncome stai?\n/ctx 64\n/read %s/none\n/bogus\n/help\n/quit\n' "$tmp" \
+      | timeout 120 "$ds4" -m "$model" -n 4 --seed 3 2>&1); rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c '^prefill: ' <<<"$out")" -eq 2 ] && grep -q "new session, ctx 64" <<<"$out" \
+  && grep -q "cannot read" <<<"$out" && grep -q "unknown command /bogus" <<<"$out" && grep -q "/think-max" <<<"$out" \
+  && ok || bad "repl (rc $rc): ${out:0:600}"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
