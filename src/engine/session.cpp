@@ -125,16 +125,13 @@ std::vector<uint8_t> Session::save() const {
       const uint64_t pos = N - live + i;
       w.f32s({&L.raw[(pos % kv.raw_cap()) * HD], HD});
     }
-    if (L.ratio != 0) {
-      w.f32s(L.comp);
-      w.f32s(L.comp_state->state_kv());
-      w.f32s(L.comp_state->state_score());
-    }
-    if (L.ratio == 4) {
-      w.f32s(L.index);
-      w.f32s(L.index_state->state_kv());
-      w.f32s(L.index_state->state_score());
-    }
+    auto write_compressor = [&](const std::vector<float>& rows, const model::Compressor& state) {
+      w.f32s(rows);
+      w.f32s(state.state_kv());
+      w.f32s(state.state_score());
+    };
+    if (L.ratio != 0) write_compressor(L.comp, *L.comp_state);
+    if (L.ratio == 4) write_compressor(L.index, *L.index_state);
   }
   return std::move(w.out);
 }
@@ -194,22 +191,18 @@ void Session::load(std::span<const uint8_t> payload) {
     if (n_comp[il] != expect_comp || n_index[il] != (ratio == 4 ? expect_comp : 0))
       fail("session payload: layer {} has {} compressed / {} indexer rows, expected {} for {} "
            "tokens", il, n_comp[il], n_index[il], expect_comp, N);
-    if (ratio != 0) {
-      L.comp.resize(size_t{n_comp[il]} * HD);
-      r.f32s(L.comp, "compressed rows");
-      std::vector<float> skv(L.comp_state->state_kv().size()), ssc(skv.size());
-      r.f32s(skv, "compressor state");
-      r.f32s(ssc, "compressor scores");
-      L.comp_state->restore(skv, ssc, N);
-    }
-    if (ratio == 4) {
-      L.index.resize(size_t{n_index[il]} * ID);
-      r.f32s(L.index, "indexer rows");
-      std::vector<float> skv(L.index_state->state_kv().size()), ssc(skv.size());
-      r.f32s(skv, "indexer compressor state");
-      r.f32s(ssc, "indexer compressor scores");
-      L.index_state->restore(skv, ssc, N);
-    }
+    // Compressed rows, then the frontier (kv, score) of the compressor that produced them.
+    auto read_compressor = [&](std::vector<float>& rows, size_t n_rows, size_t width,
+                               model::Compressor& state, const char* what) {
+      rows.resize(n_rows * width);
+      r.f32s(rows, what);
+      std::vector<float> skv(state.state_kv().size()), ssc(skv.size());
+      r.f32s(skv, what);
+      r.f32s(ssc, what);
+      state.restore(skv, ssc, N);
+    };
+    if (ratio != 0) read_compressor(L.comp, n_comp[il], HD, *L.comp_state, "compressed rows");
+    if (ratio == 4) read_compressor(L.index, n_index[il], ID, *L.index_state, "indexer rows");
   }
   if (r.left() != 0) fail("session payload has {} unexpected trailing bytes", r.left());
   backend_->import_state(kv);

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "common/ggml_type.h"
+
 #include "quant/isa.h"
 
 namespace ds4::quant::detail {
@@ -29,5 +31,8 @@ const Kernels& kernels_for(Isa isa);
 
 /// The table of the active ISA (throws like active_isa()).
 const Kernels& active_kernels();
+
+/// The dot kernel of `k` for weight type `type`, or nullptr for a type that is not a weight type.
+DotFn dot_kernel(const Kernels& k, ds4::GgmlType type);
 
 }  // namespace ds4::quant::detail

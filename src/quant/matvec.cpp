@@ -13,20 +13,7 @@ namespace {
 // Rows per thread below which extra threads cost more than they bring.
 constexpr int64_t kMinRowsPerThread = 16;
 
-detail::DotFn dot_for(GgmlType type) {
-  const detail::Kernels& k = detail::active_kernels();
-  switch (type) {
-    case GgmlType::F32: return k.dot_f32;
-    case GgmlType::F16: return k.dot_f16;
-    case GgmlType::BF16: return k.dot_bf16;
-    case GgmlType::Q8_0: return k.dot_q8_0;
-    case GgmlType::Q2_K: return k.dot_q2_k;
-    case GgmlType::Q4_K: return k.dot_q4_k;
-    case GgmlType::IQ2_XXS: return k.dot_iq2_xxs;
-    case GgmlType::MXFP4: return k.dot_mxfp4;
-    default: return nullptr;
-  }
-}
+detail::DotFn dot_for(GgmlType type) { return detail::dot_kernel(detail::active_kernels(), type); }
 
 }  // namespace
 

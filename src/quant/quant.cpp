@@ -55,19 +55,6 @@ uint32_t act_block_bytes(ActType type) {
   return 4;
 }
 
-detail::DotFn dot_kernel(const Kernels& k, GgmlType type) {
-  switch (type) {
-    case GgmlType::F32: return k.dot_f32;
-    case GgmlType::F16: return k.dot_f16;
-    case GgmlType::BF16: return k.dot_bf16;
-    case GgmlType::Q8_0: return k.dot_q8_0;
-    case GgmlType::Q2_K: return k.dot_q2_k;
-    case GgmlType::Q4_K: return k.dot_q4_k;
-    case GgmlType::IQ2_XXS: return k.dot_iq2_xxs;
-    case GgmlType::MXFP4: return k.dot_mxfp4;
-    default: return nullptr;
-  }
-}
 
 }  // namespace
 
@@ -183,7 +170,25 @@ void quantize_activation(ActType type, const float* x, void* dst, int64_t n) {
 float vec_dot(GgmlType weight_type, const void* w, const void* act, int64_t n) {
   require_weight(weight_type, "vec_dot");
   require_length(n, block_elems(weight_type), "vec_dot", ggml_type_name(weight_type));
-  return dot_kernel(detail::active_kernels(), weight_type)(w, act, n);
+  return detail::dot_kernel(detail::active_kernels(), weight_type)(w, act, n);
 }
+
+namespace detail {
+
+DotFn dot_kernel(const Kernels& k, GgmlType type) {
+  switch (type) {
+    case GgmlType::F32: return k.dot_f32;
+    case GgmlType::F16: return k.dot_f16;
+    case GgmlType::BF16: return k.dot_bf16;
+    case GgmlType::Q8_0: return k.dot_q8_0;
+    case GgmlType::Q2_K: return k.dot_q2_k;
+    case GgmlType::Q4_K: return k.dot_q4_k;
+    case GgmlType::IQ2_XXS: return k.dot_iq2_xxs;
+    case GgmlType::MXFP4: return k.dot_mxfp4;
+    default: return nullptr;
+  }
+}
+
+}  // namespace detail
 
 }  // namespace ds4::quant
