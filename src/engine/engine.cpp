@@ -1,6 +1,9 @@
 #include "engine/engine.h"
 
 #include "backend/cpu/cpu_backend.h"
+#ifdef DS4_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "common/error.h"
 #include "model/layout.h"
 
@@ -33,7 +36,17 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
     fail("{}: the vocabulary has {} tokens but deepseek4.vocab_size is {}", o.model_path,
          e->tokenizer_->n_vocab(), e->config_.n_vocab);
   e->weights_ = model::bind_weights(e->config_, e->reader_);
-  if (o.backend == "cuda") fail("the CUDA backend is not available in this build yet; use --cpu");
+  if (o.backend != "auto" && o.backend != "cpu" && o.backend != "cuda")
+    fail("unknown backend '{}' (expected auto, cpu or cuda)", o.backend);
+#ifdef DS4_HAVE_CUDA
+  // --cuda requires a device (make_cuda_backend says why not); auto takes one when present.
+  if (o.backend == "cuda" || (o.backend == "auto" && cuda::device_count() > 0)) {
+    e->backend_ = cuda::make_cuda_backend(e->config_, e->weights_);
+    return e;
+  }
+#else
+  if (o.backend == "cuda") fail("--cuda: this build has no CUDA backend (built without nvcc); use --cpu");
+#endif
   e->backend_ = cpu::make_cpu_backend(e->config_, e->weights_, o.threads);
   return e;
 }

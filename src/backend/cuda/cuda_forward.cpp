@@ -1,0 +1,338 @@
+#include "backend/cuda/cuda_forward.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "model/hyper_connections.h"
+#include "model/rope.h"
+#include "quant/quant.h"
+
+namespace ds4::cuda {
+namespace {
+
+RopeCs angles(const model::RopeParams& p, int64_t pos) {
+  RopeCs cs;
+  cs.n_pair = static_cast<int>(p.n_rot / 2);
+  model::rope_angles(p, static_cast<uint32_t>(pos), {cs.cos, static_cast<size_t>(cs.n_pair)},
+                     {cs.sin, static_cast<size_t>(cs.n_pair)});
+  return cs;
+}
+
+}  // namespace
+
+CudaForward::CudaForward(const model::Config& c, const model::Weights& w, const DeviceWeights& dw,
+                         int64_t ctx)
+    : c_(c), w_(w), dw_(dw), ctx_(ctx) {
+  if (ctx < 1) fail("context size {} must be at least 1 token", ctx);
+  if (c.n_rot / 2 > static_cast<uint32_t>(kMaxRopePairs)) fail("CUDA backend: n_rot {} too large", c.n_rot);
+  const model::KvEstimate est = model::KvState::estimate(c, ctx);
+  raw_cap_ = est.raw_cap;
+  const size_t HD = c.head_dim, ID = c.indexer_head_dim;
+  kv_.resize(c.n_layer);
+  int64_t max_comp = 0;
+  for (uint32_t il = 0; il < c.n_layer; ++il) {
+    DevLayerKv& L = kv_[il];
+    L.ratio = c.compress_ratio(il);
+    L.raw = DeviceArray<float>(size_t{raw_cap_} * HD);
+    if (!L.ratio) continue;
+    const int64_t rows = ctx / L.ratio + 2;
+    max_comp = std::max(max_comp, rows);
+    const size_t coff = L.ratio == 4 ? 2 : 1;
+    L.comp = DeviceArray<float>(static_cast<size_t>(rows) * HD);
+    L.comp_kv = DeviceArray<float>(coff * L.ratio * coff * HD);
+    L.comp_score = DeviceArray<float>(coff * L.ratio * coff * HD);
+    if (L.ratio == 4) {
+      L.index = DeviceArray<float>(static_cast<size_t>(rows) * ID);
+      L.index_kv = DeviceArray<float>(coff * L.ratio * coff * ID);
+      L.index_score = DeviceArray<float>(coff * L.ratio * coff * ID);
+    }
+  }
+  const size_t hc = c.hc_dim(), D = c.n_embd, nh = c.n_hc, U = c.n_expert_used, FF = c.n_ff_exp;
+  x_ = DeviceArray<float>(hc);
+  x_next_ = DeviceArray<float>(hc);
+  flat_ = DeviceArray<float>(hc);
+  mix_ = DeviceArray<float>(c.hc_mix());
+  pre_ = DeviceArray<float>(nh);
+  post_ = DeviceArray<float>(nh);
+  comb_ = DeviceArray<float>(nh * nh);
+  sub_in_ = DeviceArray<float>(D);
+  h_ = DeviceArray<float>(D);
+  y_ = DeviceArray<float>(D);
+  qr_ = DeviceArray<float>(c.q_lora_rank);
+  q_ = DeviceArray<float>(c.q_dim());
+  kv_row_ = DeviceArray<float>(HD);
+  ck_ = DeviceArray<float>(2 * HD);
+  cs_ = DeviceArray<float>(2 * HD);
+  iq_ = DeviceArray<float>(std::max<size_t>(c.indexer_q_dim(), 1));
+  iw_ = DeviceArray<float>(std::max<uint32_t>(c.n_indexer_head, 1));
+  attn_ = DeviceArray<float>(c.q_dim());
+  low_ = DeviceArray<float>(c.out_low_dim());
+  router_logits_ = DeviceArray<float>(c.n_expert);
+  probs_ = DeviceArray<float>(c.n_expert);
+  sel_w_ = DeviceArray<float>(U);
+  sel_ = DeviceArray<int32_t>(U);
+  order_ = DeviceArray<int32_t>(U);
+  gate_ = DeviceArray<float>(U * FF);
+  up_ = DeviceArray<float>(U * FF);
+  mid_ = DeviceArray<float>(U * FF);
+  down_ = DeviceArray<float>(U * D);
+  sh_down_ = DeviceArray<float>(D);
+  head_pre_ = DeviceArray<float>(nh);
+  z_ = DeviceArray<float>(D);
+  logits_ = DeviceArray<float>(c.n_vocab);
+  row_ = DeviceArray<float>(std::max(HD, ID));
+  scores_ = DeviceArray<float>(static_cast<size_t>(std::max<int64_t>(max_comp, 1)));
+  top_k_ = DeviceArray<uint32_t>(static_cast<size_t>(std::max<int64_t>(max_comp, 1)) + c.indexer_top_k);
+  att_scratch_ = DeviceArray<float>(size_t{c.n_head} * (c.n_swa + static_cast<size_t>(max_comp) + 1));
+  act_ = DeviceArray<uint8_t>(dw.max_act_bytes * std::max<size_t>({U, c.n_out_group, 1}));
+  e_host_.resize(D);
+  x_host_.resize(hc);
+  reset();
+}
+
+void CudaForward::reset() {
+  for (DevLayerKv& L : kv_) {
+    check(cudaMemset(L.raw.get(), 0, L.raw.size() * sizeof(float)), "reset");
+    L.n_comp = L.n_index = 0;
+    L.comp_tokens = L.index_tokens = 0;
+    // Frontiers start empty: kv 0, score kCompressorEmptyScore (model::Compressor::reset).
+    for (auto* s : {&L.comp_score, &L.index_score}) {
+      std::vector<float> empty(s->size(), model::kCompressorEmptyScore);
+      s->upload(empty.data(), empty.size());
+    }
+    for (auto* s : {&L.comp_kv, &L.index_kv})
+      if (s->size()) check(cudaMemset(s->get(), 0, s->size() * sizeof(float)), "reset");
+  }
+}
+
+void CudaForward::eval(std::span<const int32_t> tokens, int64_t pos0, std::span<float> last_logits,
+                       std::span<float> all_logits) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return;
+  if (pos0 < 0 || pos0 + n > ctx_)
+    fail("positions {}..{} exceed the context of {} tokens", pos0, pos0 + n - 1, ctx_);
+  for (int32_t tok : tokens)
+    if (tok < 0 || static_cast<uint32_t>(tok) >= c_.n_vocab)
+      fail("token id {} is outside the vocabulary [0, {})", tok, c_.n_vocab);
+  const size_t V = c_.n_vocab;
+  if (!all_logits.empty() && all_logits.size() < static_cast<size_t>(n) * V)
+    fail("all_logits buffer too small");
+  for (int64_t t = 0; t < n; ++t) {
+    float* out = nullptr;
+    if (!all_logits.empty()) out = &all_logits[t * V];
+    else if (t == n - 1 && !last_logits.empty()) out = last_logits.data();
+    step(tokens[t], pos0 + t, out);
+  }
+  if (!all_logits.empty() && !last_logits.empty())
+    std::copy_n(&all_logits[(n - 1) * V], V, last_logits.begin());
+}
+
+void CudaForward::step(int32_t token, int64_t pos, float* logits) {
+  const size_t D = c_.n_embd, nh = c_.n_hc;
+  // Embedding row on the host, replicated into the n_hc streams (spec §3.2).
+  quant::dequantize_row(w_.token_embd.type, w_.token_embd.row(token), e_host_.data(),
+                        static_cast<int64_t>(D));
+  model::hc_from_embedding(e_host_, nh, x_host_);
+  x_.upload(x_host_.data(), x_host_.size());
+  const model::RopeConfig rc = model::rope_config(c_);
+  rope_dense_ = angles(model::rope_params_for_layer(rc, 0), pos);
+  rope_comp_ = angles(model::rope_params_for_layer(rc, 4), pos);
+  for (uint32_t il = 0; il < c_.n_layer; ++il) {
+    attention_layer(il, pos);
+    ffn_layer(il, token);
+  }
+  if (logits) {  // output head (spec §3.6)
+    rms_norm(x_.get(), nullptr, flat_.get(), static_cast<int64_t>(c_.hc_dim()), 1, c_.rms_eps);
+    mv(dw_.output_hc_fn, flat_.get(), head_pre_.get());
+    hc_output(head_pre_.get(), dw_.output_hc_scale.get(), dw_.output_hc_base.get(),
+              static_cast<int>(nh), c_.hc_eps, x_.get(), static_cast<int64_t>(D), z_.get());
+    rms_norm(z_.get(), dw_.output_norm.get(), z_.get(), static_cast<int64_t>(D), 1, c_.rms_eps);
+    mv(dw_.output, z_.get(), logits_.get());
+    logits_.download(logits, c_.n_vocab);
+  }
+  check(cudaGetLastError(), "forward step");
+}
+
+void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
+                         const DeviceArray<float>& base) {
+  rms_norm(x_.get(), nullptr, flat_.get(), static_cast<int64_t>(c_.hc_dim()), 1, c_.rms_eps);
+  mv(fn, flat_.get(), mix_.get());
+  hc_sinkhorn_pre(mix_.get(), scale.get(), base.get(), static_cast<int>(c_.n_hc),
+                  static_cast<int>(c_.hc_sinkhorn_iter), c_.hc_eps, x_.get(),
+                  static_cast<int64_t>(c_.n_embd), pre_.get(), post_.get(), comb_.get(),
+                  sub_in_.get());
+}
+
+// Compressor projection + push (model::Compressor::push, spec §3.4.5/§3.4.7): on emit the
+// pooled row is normed, rotated at its first position, quantized, rounded to f16 and appended.
+void CudaForward::push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w,
+                                  const DeviceArray<float>& ape, const DeviceArray<float>& norm,
+                                  bool indexer, uint32_t r, int64_t pos,
+                                  DeviceArray<float>& state_kv, DeviceArray<float>& state_score,
+                                  uint32_t& tokens, DeviceArray<float>& rows, int64_t& n_rows) {
+  const int64_t d = indexer ? c_.indexer_head_dim : c_.head_dim;
+  const int64_t width = (r == 4 ? 2 : 1) * d;
+  mv(kv_w, h_.get(), ck_.get());
+  mv(gate_w, h_.get(), cs_.get());
+  if (static_cast<int64_t>(tokens) != pos)
+    fail("CUDA compressor: position {} out of order, expected {}", pos, tokens);
+  const auto pu = static_cast<uint32_t>(pos);
+  const int64_t state_row = r == 4 ? 4 + pu % 4 : pu % r;
+  compressor_store(ck_.get(), cs_.get(), ape.get(), width, r, pu, state_row, state_kv.get(),
+                   state_score.get());
+  tokens = pu + 1;
+  if ((pu + 1) % r != 0) return;
+  compressor_pool(state_kv.get(), state_score.get(), r, d, row_.get());
+  rms_norm(row_.get(), norm.get(), row_.get(), d, 1, c_.rms_eps);
+  const RopeCs cs = angles(model::rope_params_for_layer(model::rope_config(c_), r), pu + 1 - r);
+  rope_tail(row_.get(), 1, d, cs, false);
+  if (indexer)
+    indexer_qat(row_.get(), 1, d);
+  else
+    fp8_round_trip(row_.get(), d - c_.n_rot);
+  if (static_cast<size_t>(n_rows + 1) * d > rows.size()) fail("CUDA compressor: row store full");
+  round_f16_copy(row_.get(), d, rows.get() + n_rows * d);
+  ++n_rows;
+  if (r == 4) compressor_shift(state_kv.get(), state_score.get(), width);
+}
+
+void CudaForward::attention_layer(uint32_t il, int64_t pos) {
+  const DevLayer& L = dw_.layers[il];
+  DevLayerKv& kv = kv_[il];
+  const int64_t D = c_.n_embd, HD = c_.head_dim, QL = c_.q_lora_rank;
+  const int nhead = static_cast<int>(c_.n_head);
+  const uint32_t ratio = kv.ratio;
+  const RopeCs& rope = ratio ? rope_comp_ : rope_dense_;
+
+  hc_pre(L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
+  rms_norm(sub_in_.get(), L.attn_norm.get(), h_.get(), D, 1, c_.rms_eps);
+  // Query (spec §3.4.1).
+  mv(L.attn_q_a, h_.get(), qr_.get());
+  rms_norm(qr_.get(), L.attn_q_a_norm.get(), qr_.get(), QL, 1, c_.rms_eps);
+  mv(L.attn_q_b, qr_.get(), q_.get());
+  rms_norm(q_.get(), nullptr, q_.get(), HD, nhead, c_.rms_eps);
+  rope_tail(q_.get(), nhead, HD, rope, false);
+  // KV row (spec §3.4.2) into the raw ring.
+  mv(L.attn_kv, h_.get(), kv_row_.get());
+  rms_norm(kv_row_.get(), L.attn_kv_a_norm.get(), kv_row_.get(), HD, 1, c_.rms_eps);
+  rope_tail(kv_row_.get(), 1, HD, rope, false);
+  kv_store(kv_row_.get(), HD, c_.nope_dim(), kv.raw.get() + (pos % raw_cap_) * HD);
+  // Compressor and indexer (spec §3.4.5, §3.4.7).
+  if (ratio)
+    push_compressor(L.comp_kv, L.comp_gate, L.comp_ape, L.comp_norm, false, ratio, pos, kv.comp_kv,
+                    kv.comp_score, kv.comp_tokens, kv.comp, kv.n_comp);
+  if (ratio == 4)
+    push_compressor(L.idx_comp_kv, L.idx_comp_gate, L.idx_comp_ape, L.idx_comp_norm, true, ratio,
+                    pos, kv.index_kv, kv.index_score, kv.index_tokens, kv.index, kv.n_index);
+  const int64_t lo = std::max<int64_t>(0, pos - static_cast<int64_t>(c_.n_swa) + 1);
+  const uint32_t* sel = nullptr;
+  int64_t n_sel = 0;
+  if (ratio == 4 && kv.n_comp > static_cast<int64_t>(c_.indexer_top_k)) {
+    const int64_t ID = c_.indexer_head_dim;
+    const int IH = static_cast<int>(c_.n_indexer_head);
+    mv(L.idx_q_b, qr_.get(), iq_.get());
+    mv(L.idx_proj, h_.get(), iw_.get());
+    rope_tail(iq_.get(), IH, ID, rope, false);
+    indexer_qat(iq_.get(), IH, ID);
+    indexer_scores(iq_.get(), iw_.get(), IH, ID, kv.index.get(), kv.n_comp, scores_.get());
+    indexer_top_k(scores_.get(), kv.n_comp, c_.indexer_top_k, top_k_.get());
+    sel = top_k_.get();
+    n_sel = c_.indexer_top_k;
+  }
+  sink_attention(q_.get(), L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, lo, pos,
+                 kv.comp.get(), kv.n_comp, sel, n_sel, att_scratch_.get(), attn_.get());
+  rope_tail(attn_.get(), nhead, HD, rope, true);
+  // Grouped low-rank output projection (spec §3.4.9): group g reads its heads' slice.
+  const int64_t GI = c_.group_in_dim(), OL = c_.o_lora_rank;
+  matvec(L.attn_output_a, 0, OL, OL, nullptr, static_cast<int>(c_.n_out_group), attn_.get(), GI,
+         low_.get(), OL, act_.get());
+  mv(L.attn_output_b, low_.get(), y_.get());
+  hc_post(y_.get(), x_.get(), post_.get(), comb_.get(), static_cast<int>(c_.n_hc), D, x_next_.get());
+  std::swap(x_, x_next_);
+}
+
+void CudaForward::ffn_layer(uint32_t il, int32_t token) {
+  const DevLayer& L = dw_.layers[il];
+  const int64_t D = c_.n_embd, FF = c_.n_ff_exp;
+  const int U = static_cast<int>(c_.n_expert_used);
+  const float clamp = c_.swiglu_clamp_of(il);
+
+  hc_pre(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
+  rms_norm(sub_in_.get(), L.ffn_norm.get(), h_.get(), D, 1, c_.rms_eps);
+  // Router (spec §3.5).
+  mv(L.ffn_gate_inp, h_.get(), router_logits_.get());
+  const bool hash = c_.is_hash_layer(il);
+  router(router_logits_.get(), static_cast<int>(c_.n_expert),
+         L.exp_probs_b.size() ? L.exp_probs_b.get() : nullptr, hash ? L.tid2eid.get() : nullptr,
+         token, U, c_.expert_weight_scale, probs_.get(), sel_.get(), sel_w_.get(), order_.get());
+  // Routed experts: rows of expert sel[s] in each stacked tensor.
+  matvec(L.ffn_gate_exps, 0, FF, FF, sel_.get(), U, h_.get(), 0, gate_.get(), FF, act_.get());
+  matvec(L.ffn_up_exps, 0, FF, FF, sel_.get(), U, h_.get(), 0, up_.get(), FF, act_.get());
+  swiglu(gate_.get(), up_.get(), U, FF, clamp, sel_w_.get(), mid_.get());
+  matvec(L.ffn_down_exps, 0, D, D, sel_.get(), U, mid_.get(), FF, down_.get(), D, act_.get());
+  // Shared expert, then y = (routed outputs in ascending expert id) + shared.
+  mv(L.ffn_gate_shexp, h_.get(), gate_.get());
+  mv(L.ffn_up_shexp, h_.get(), up_.get());
+  swiglu(gate_.get(), up_.get(), 1, FF, clamp, nullptr, mid_.get());
+  mv(L.ffn_down_shexp, mid_.get(), sh_down_.get());
+  moe_combine(down_.get(), order_.get(), U, D, sh_down_.get(), y_.get());
+  hc_post(y_.get(), x_.get(), post_.get(), comb_.get(), static_cast<int>(c_.n_hc), D, x_next_.get());
+  std::swap(x_, x_next_);
+}
+
+void CudaForward::export_state(model::KvState& out) const {
+  if (out.ctx() != ctx_ || out.layers().size() != kv_.size())
+    fail("CUDA export: target state has ctx {} / {} layers, expected {} / {}", out.ctx(),
+         out.layers().size(), ctx_, kv_.size());
+  check(cudaDeviceSynchronize(), "export");
+  const size_t HD = c_.head_dim, ID = c_.indexer_head_dim;
+  for (size_t il = 0; il < kv_.size(); ++il) {
+    const DevLayerKv& d = kv_[il];
+    model::LayerKv& h = out.layers()[il];
+    h.raw.resize(d.raw.size());
+    d.raw.download(h.raw.data(), h.raw.size());
+    if (!d.ratio) continue;
+    h.comp.resize(static_cast<size_t>(d.n_comp) * HD);
+    d.comp.download(h.comp.data(), h.comp.size());
+    std::vector<float> kv(d.comp_kv.size()), sc(d.comp_score.size());
+    d.comp_kv.download(kv.data(), kv.size());
+    d.comp_score.download(sc.data(), sc.size());
+    h.comp_state->restore(kv, sc, d.comp_tokens);
+    if (d.ratio != 4) continue;
+    h.index.resize(static_cast<size_t>(d.n_index) * ID);
+    d.index.download(h.index.data(), h.index.size());
+    kv.resize(d.index_kv.size());
+    sc.resize(d.index_score.size());
+    d.index_kv.download(kv.data(), kv.size());
+    d.index_score.download(sc.data(), sc.size());
+    h.index_state->restore(kv, sc, d.index_tokens);
+  }
+}
+
+void CudaForward::import_state(const model::KvState& in) {
+  if (in.ctx() != ctx_ || in.raw_cap() != raw_cap_ || in.layers().size() != kv_.size())
+    fail("CUDA import: state has ctx {} / {} layers, expected {} / {}", in.ctx(), in.layers().size(),
+         ctx_, kv_.size());
+  const size_t HD = c_.head_dim, ID = c_.indexer_head_dim;
+  for (size_t il = 0; il < kv_.size(); ++il) {
+    DevLayerKv& d = kv_[il];
+    const model::LayerKv& h = in.layers()[il];
+    if (h.ratio != d.ratio || h.raw.size() != d.raw.size())
+      fail("CUDA import: layer {} does not match this model", il);
+    d.raw.upload(h.raw.data(), h.raw.size());
+    if (!d.ratio) continue;
+    d.n_comp = static_cast<int64_t>(h.comp.size() / HD);
+    d.comp.upload(h.comp.data(), h.comp.size());
+    d.comp_kv.upload(h.comp_state->state_kv().data(), h.comp_state->state_kv().size());
+    d.comp_score.upload(h.comp_state->state_score().data(), h.comp_state->state_score().size());
+    d.comp_tokens = h.comp_state->n_tokens();
+    if (d.ratio != 4) continue;
+    d.n_index = static_cast<int64_t>(h.index.size() / ID);
+    d.index.upload(h.index.data(), h.index.size());
+    d.index_kv.upload(h.index_state->state_kv().data(), h.index_state->state_kv().size());
+    d.index_score.upload(h.index_state->state_score().data(), h.index_state->state_score().size());
+    d.index_tokens = h.index_state->n_tokens();
+  }
+}
+
+}  // namespace ds4::cuda

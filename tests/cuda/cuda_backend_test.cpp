@@ -1,0 +1,233 @@
+// CUDA backend against the CPU backend (the definition of the math) on the generated tiny
+// models: logits at several positions of a 320-token prompt (f32 recipe) within relative L2
+// 1e-3, an identical 64-token greedy continuation (q2 recipe), chunk-size invariance on the GPU,
+// and snapshots that move between the backends. Without a CUDA device every GPU test skips and
+// only the "no device" error path is checked.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "common/error.h"
+#include "engine/engine.h"
+
+namespace ds4 {
+namespace {
+
+std::string model_path(const char* recipe) {
+  const char* dir = std::getenv("DS4_TINY_MODELS");
+  return std::string(dir ? dir : DS4_BINARY_DIR "/models") + "/ds4-tiny-" + recipe + ".gguf";
+}
+
+std::vector<int32_t> prompt_tokens(size_t n, uint32_t vocab) {
+  std::vector<int32_t> t(n);
+  uint64_t s = 987654321;
+  for (auto& x : t) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<int32_t>((s >> 33) % vocab);
+  }
+  return t;
+}
+
+/// ||a - b||_2 / ||b||_2 in f64.
+double rel_l2(std::span<const float> a, std::span<const float> b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+int32_t argmax(std::span<const float> v) {
+  size_t best = 0;
+  for (size_t i = 1; i < v.size(); ++i)
+    if (v[i] > v[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+bool have_device() { return cuda::device_count() > 0; }
+
+class CudaVsCpu : public ::testing::Test {
+ protected:
+  void open(const char* recipe) {
+    if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA backend tests skipped";
+    const auto path = model_path(recipe);
+    ASSERT_TRUE(std::filesystem::exists(path)) << path << " (built by the ds4_models target)";
+    engine_ = Engine::open({.model_path = path, .backend = "cpu", .threads = 2});
+    cpu_ = cpu::make_cpu_backend(engine_->config(), engine_->weights(), 2);
+    gpu_ = cuda::make_cuda_backend(engine_->config(), engine_->weights());
+    V_ = engine_->config().n_vocab;
+  }
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Backend> cpu_, gpu_;
+  size_t V_ = 0;
+};
+
+TEST_F(CudaVsCpu, LogitsMatchCpuAlongLongPromptF32) {
+  open("f32");
+  if (IsSkipped()) return;
+  EXPECT_EQ(gpu_->name(), "cuda");
+  const auto prompt = prompt_tokens(320, engine_->config().n_vocab);
+  auto c = cpu_->new_session(512), g = gpu_->new_session(512);
+  std::vector<float> lc(V_), lg(V_);
+  int64_t pos = 0;
+  for (int64_t stop : {1, 37, 150, 256, 320}) {
+    std::span<const int32_t> chunk(prompt.data() + pos, static_cast<size_t>(stop - pos));
+    c->eval(chunk, pos, lc, {});
+    g->eval(chunk, pos, lg, {});
+    pos = stop;
+    const double e = rel_l2(lg, lc);
+    std::printf("[f32] position %ld: logits rel L2 %.3g\n", static_cast<long>(stop - 1), e);
+    EXPECT_LT(e, 1e-3) << "after " << stop << " tokens";
+  }
+}
+
+TEST_F(CudaVsCpu, GreedyContinuationIdenticalQ2) {
+  open("q2");
+  if (IsSkipped()) return;
+  const auto prompt = prompt_tokens(40, engine_->config().n_vocab);
+  auto c = cpu_->new_session(256), g = gpu_->new_session(256);
+  std::vector<float> lc(V_), lg(V_);
+  c->eval(prompt, 0, lc, {});
+  g->eval(prompt, 0, lg, {});
+  double worst = rel_l2(lg, lc);
+  std::vector<int32_t> tc, tg;
+  int64_t pos = static_cast<int64_t>(prompt.size());
+  for (int i = 0; i < 64; ++i, ++pos) {
+    tc.push_back(argmax(lc));
+    tg.push_back(argmax(lg));
+    c->eval({&tc.back(), 1}, pos, lc, {});
+    g->eval({&tg.back(), 1}, pos, lg, {});
+    worst = std::max(worst, rel_l2(lg, lc));
+  }
+  std::printf("[q2] greedy 64 tokens: worst logits rel L2 %.3g\n", worst);
+  EXPECT_EQ(tg, tc);
+}
+
+TEST_F(CudaVsCpu, ChunkSizeInvariantOnGpu) {
+  open("q2");
+  if (IsSkipped()) return;
+  const auto prompt = prompt_tokens(300, engine_->config().n_vocab);
+  auto whole = gpu_->new_session(512);
+  std::vector<float> all(prompt.size() * V_), last(V_);
+  whole->eval(prompt, 0, last, all);
+  EXPECT_EQ(std::vector<float>(all.end() - static_cast<ptrdiff_t>(V_), all.end()), last);
+  for (size_t chunk : {1, 7, 64}) {
+    auto s = gpu_->new_session(512);
+    std::vector<float> l(V_);
+    for (size_t p = 0; p < prompt.size(); p += chunk) {
+      const size_t n = std::min(chunk, prompt.size() - p);
+      s->eval({prompt.data() + p, n}, static_cast<int64_t>(p), l, {});
+      // Every chunk's last logits equal the whole-prompt run's at that position, bit for bit.
+      ASSERT_EQ(0, std::memcmp(l.data(), &all[(p + n - 1) * V_], V_ * sizeof(float)))
+          << "chunk " << chunk << " at " << p + n - 1;
+    }
+  }
+}
+
+TEST_F(CudaVsCpu, SnapshotMovesBetweenBackends) {
+  open("q2");
+  if (IsSkipped()) return;
+  const auto prompt = prompt_tokens(301, engine_->config().n_vocab);
+  const std::span<const int32_t> head(prompt.data(), 300);
+  auto g = gpu_->new_session(512);
+  std::vector<float> l(V_);
+  g->eval(head, 0, l, {});
+  const std::vector<float> first = l;
+  model::KvState snap(engine_->config(), 512);
+  g->export_state(snap);
+  // GPU -> CPU: the next token's logits agree with the GPU continuing.
+  auto c = cpu_->new_session(512);
+  c->import_state(snap);
+  std::vector<float> next_c(V_), next_g(V_), next_g2(V_);
+  c->eval({&prompt[300], 1}, 300, next_c, {});
+  g->eval({&prompt[300], 1}, 300, next_g, {});
+  const double e = rel_l2(next_g, next_c);
+  std::printf("[q2] snapshot GPU->CPU next logits rel L2 %.3g\n", e);
+  EXPECT_LT(e, 1e-3);
+  // GPU -> GPU (fresh session): bit-identical.
+  auto g2 = gpu_->new_session(512);
+  g2->import_state(snap);
+  g2->eval({&prompt[300], 1}, 300, next_g2, {});
+  EXPECT_EQ(next_g2, next_g);
+  // CPU -> GPU: a CPU-built state continues on the GPU.
+  auto c2 = cpu_->new_session(512);
+  c2->eval(head, 0, l, {});
+  model::KvState snap2(engine_->config(), 512);
+  c2->export_state(snap2);
+  auto g3 = gpu_->new_session(512);
+  g3->import_state(snap2);
+  std::vector<float> next_g3(V_);
+  g3->eval({&prompt[300], 1}, 300, next_g3, {});
+  std::vector<float> next_c2(V_);
+  c2->eval({&prompt[300], 1}, 300, next_c2, {});
+  const double e2 = rel_l2(next_g3, next_c2);
+  std::printf("[q2] snapshot CPU->GPU next logits rel L2 %.3g\n", e2);
+  EXPECT_LT(e2, 1e-3);
+  // reset() forgets everything: a rerun from position 0 repeats the first result.
+  g->reset();
+  std::vector<float> again(V_);
+  g->eval(head, 0, again, {});
+  EXPECT_EQ(again, first);
+}
+
+TEST_F(CudaVsCpu, BadInputsAreRejected) {
+  open("q2");
+  if (IsSkipped()) return;
+  auto g = gpu_->new_session(16);
+  std::vector<float> l(V_);
+  const int32_t bad = static_cast<int32_t>(engine_->config().n_vocab);
+  EXPECT_THROW(g->eval({&bad, 1}, 0, l, {}), Error);
+  const int32_t ok = 1;
+  EXPECT_THROW(g->eval({&ok, 1}, 16, l, {}), Error);
+  model::KvState wrong(engine_->config(), 32);
+  EXPECT_THROW(g->import_state(wrong), Error);
+  EXPECT_THROW(cuda::make_cuda_backend(engine_->config(), engine_->weights(), {.device = 99}), Error);
+}
+
+// Decode throughput on the tiny models (printed; no threshold: tuning is a later pass).
+TEST_F(CudaVsCpu, DecodeThroughput) {
+  for (const char* recipe : {"q2", "f32"}) {
+    open(recipe);
+    if (IsSkipped()) return;
+    auto g = gpu_->new_session(1024);
+    std::vector<float> l(V_);
+    const auto prompt = prompt_tokens(64, engine_->config().n_vocab);
+    g->eval(prompt, 0, l, {});
+    int32_t t = argmax(l);
+    const int n = 256;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) {
+      g->eval({&t, 1}, 64 + i, l, {});
+      t = argmax(l);
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("[%s] CUDA decode: %.1f tok/s (%d tokens, ctx 1024)\n", recipe, n / s, n);
+    EXPECT_GT(n / s, 0.0);
+  }
+}
+
+TEST(CudaNoDevice, OpenFailsClearlyWithoutDevice) {
+  if (have_device()) GTEST_SKIP() << "a CUDA device is present";
+  const auto path = model_path("q2");
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  try {
+    Engine::open({.model_path = path, .backend = "cuda", .threads = 1});
+    FAIL() << "expected ds4::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+  }
+  // auto falls back to the CPU backend.
+  EXPECT_EQ(Engine::open({.model_path = path, .backend = "auto", .threads = 1})->backend().name(), "cpu");
+}
+
+}  // namespace
+}  // namespace ds4
