@@ -128,6 +128,7 @@ void BM_Memcpy(benchmark::State& state, size_t bytes, int threads) {
   }
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9,
                                               benchmark::Counter::kIsRate);
+  state.counters["MB"] = static_cast<double>(bytes) / 1e6;
 }
 
 // Streaming read (sum of 64-bit words) of `bytes`: the access pattern of a matvec's weights.
@@ -142,6 +143,7 @@ void BM_Read(benchmark::State& state, size_t bytes, int threads) {
   }
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9,
                                               benchmark::Counter::kIsRate);
+  state.counters["MB"] = static_cast<double>(bytes) / 1e6;
 }
 
 }  // namespace

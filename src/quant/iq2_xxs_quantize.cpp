@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "common/f16.h"
 #include "quant/blocks.h"
@@ -115,8 +116,8 @@ double search_scale(const Group* groups) {
   return best_s;
 }
 
-void quantize_block(const float* x, BlockIq2Xxs* y) {
-  Group groups[32];
+// `groups` is scratch for the 32 groups of the block (~67 KB, kept off the stack).
+void quantize_block(const float* x, BlockIq2Xxs* y, Group* groups) {
   double scales[8];
   double smax = 0.0;
   for (int k = 0; k < 8; ++k) {
@@ -163,7 +164,8 @@ void quantize_block(const float* x, BlockIq2Xxs* y) {
 
 void quantize_iq2_xxs(const float* src, void* dst, int64_t n) {
   auto* blocks = static_cast<BlockIq2Xxs*>(dst);
-  for (int64_t b = 0; b < n / kQK_K; ++b) quantize_block(src + b * kQK_K, blocks + b);
+  std::vector<Group> groups(32);
+  for (int64_t b = 0; b < n / kQK_K; ++b) quantize_block(src + b * kQK_K, blocks + b, groups.data());
 }
 
 }  // namespace ds4::quant::ref

@@ -12,7 +12,8 @@
 // Kernels exist as a scalar reference and as AVX2 (+FMA, F16C) and AVX-512 (F/BW/VL/DQ/VNNI)
 // versions picked at run time (see isa.h). For every format the SIMD results are bit-identical
 // to the scalar reference, because all kernels follow one fixed summation order (documented
-// at vec_dot below).
+// at vec_dot below). The one exception is NaN payloads: F16C widening quiets a signalling f16
+// NaN that the scalar widening passes through.
 #pragma once
 
 #include <cstddef>
