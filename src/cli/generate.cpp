@@ -62,6 +62,7 @@ TurnStats generate(Engine& engine, Session& session, const std::vector<int32_t>&
   std::fputc('\n', stdout);
   std::fflush(stdout);
   st.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+  st.context_full = !st.hit_eos && st.generated < max_tokens && !stop.load();
   return st;
 }
 

@@ -20,6 +20,7 @@ struct TurnStats {
   double prefill_seconds = 0;
   double decode_seconds = 0;
   bool hit_eos = false;
+  bool context_full = false;  ///< generation stopped because the session reached ctx
 };
 
 /// Renders a single-turn prompt (system + user) with the official chat encoding and tokenizes

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "engine/engine.h"
 #include "model/kv_state.h"
+#include "tokenizer/utf8.h"
 
 #ifndef DS4_DEFAULT_MODEL
 #define DS4_DEFAULT_MODEL "ds4flash.gguf"
@@ -40,16 +41,8 @@ ds4::chat::ThinkMode think_mode(const ds4::cli::Options& o) {
 }
 
 void check_utf8(const std::string& text, const char* what) {
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + len > text.size()) ds4::fail("{} is not valid UTF-8 (byte {})", what, i);
-    for (size_t k = 1; k < len; ++k)
-      if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80)
-        ds4::fail("{} is not valid UTF-8 (byte {})", what, i);
-    i += len;
-  }
+  if (const size_t ok = ds4::tok::utf8_valid_until(text); ok != text.size())
+    ds4::fail("{} is not valid UTF-8 (byte {})", what, ok);
 }
 
 int run(const ds4::cli::Options& o) {
@@ -62,6 +55,9 @@ int run(const ds4::cli::Options& o) {
     ds4::chat::RenderOptions ro;
     ro.think_mode = ds4::chat::parse_think_mode(o.think_mode);
     ro.ctx = o.ctx;
+    if (ds4::chat::effective_think_mode(ro.think_mode, o.ctx) != ro.think_mode)
+      std::fprintf(stderr, "ds4: Think Max needs --ctx >= %lld; rendering normal thinking\n",
+                   static_cast<long long>(ds4::chat::kThinkMaxMinContext));
     const std::string text = ds4::chat::render_prompt_json_text(read_file(*o.render_chat), ro);
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
@@ -102,6 +98,7 @@ int run(const ds4::cli::Options& o) {
     if (!prompt) ds4::fail("--dump-logprobs needs -p or --prompt-file");
     const auto tokens = ds4::cli::build_prompt(*engine, o.system, *prompt, mode, o.ctx);
     ds4::cli::dump_logprobs(*engine, session, tokens, o.max_tokens, o.logprobs_top_k, *o.dump_logprobs);
+    std::fprintf(stderr, "ds4: wrote %s\n", o.dump_logprobs->c_str());
     return 0;
   }
   std::signal(SIGINT, on_sigint);
@@ -110,6 +107,8 @@ int run(const ds4::cli::Options& o) {
   ds4::Sampler sampler(o.sampling);
   const auto tokens = ds4::cli::build_prompt(*engine, o.system, *prompt, mode, o.ctx);
   const auto st = ds4::cli::generate(*engine, session, tokens, sampler, o.max_tokens, g_stop);
+  if (st.context_full) std::fprintf(stderr, "ds4: stopped: the context of %lld tokens is full\n",
+                                    static_cast<long long>(o.ctx));
   std::fprintf(stderr, "prefill: %.2f t/s (%lld tokens), generation: %.2f t/s (%lld tokens)\n",
                st.prefill_seconds > 0 ? st.prompt_tokens / st.prefill_seconds : 0.0,
                static_cast<long long>(st.prompt_tokens),

@@ -10,22 +10,28 @@ Options parse_options(int argc, char** argv) {
   Options o;
   CLI::App app{"ds4 — DeepSeek V4 inference. Without -p/--prompt-file: interactive chat.", "ds4"};
   app.get_formatter()->column_width(34);
-  app.add_option("-m,--model", o.model, "GGUF model file (default: the embedded ds4 model)");
+  app.add_option("-m,--model", o.model, "GGUF model file (default: " DS4_DEFAULT_MODEL ")");
   app.add_option("-p,--prompt", o.prompt, "One-shot prompt");
   app.add_option("--prompt-file", o.prompt_file, "One-shot prompt read from FILE")
       ->check(CLI::ExistingFile);
   app.add_option("--system", o.system, "System prompt (-sys also works); \"\" disables it");
   app.add_option("-n,--tokens", o.max_tokens, "Maximum generated tokens")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("-c,--ctx", o.ctx, "Context size in tokens")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t{16}, int64_t{1} << 30));
   app.add_option("--temp", o.sampling.temperature, "Temperature (0 = greedy)")
+      ->capture_default_str()
       ->check(CLI::Range(0.0f, 100.0f));
   app.add_option("--top-k", o.sampling.top_k, "Keep the K most likely tokens (0 = all)")
+      ->capture_default_str()
       ->check(CLI::Range(0, 1 << 30));
-  app.add_option("--top-p", o.sampling.top_p, "Nucleus sampling")->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--min-p", o.sampling.min_p, "Min-p filter")->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--seed", o.sampling.seed, "Sampling seed (default: time based)")
+  app.add_option("--top-p", o.sampling.top_p, "Nucleus sampling")
+      ->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--min-p", o.sampling.min_p, "Min-p filter")
+      ->capture_default_str()->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--seed", o.sampling.seed, "Sampling seed, >= 1 (default: time based)")
       ->check(CLI::Range(uint64_t{1}, UINT64_MAX));
   auto* think = app.add_flag_callback("--think", [&] { o.think = ThinkFlag::think; },
                                       "Thinking mode (default)");
@@ -46,6 +52,7 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--dump-logprobs", o.dump_logprobs,
                  "Greedy continuation with top-k alternatives, written as JSON to FILE");
   app.add_option("--logprobs-top-k", o.logprobs_top_k, "Alternatives per step for --dump-logprobs")
+      ->capture_default_str()
       ->check(CLI::Range(1, 128));
   app.add_option("--render-chat", o.render_chat,
                  "Print the exact prompt text for a messages JSON file, then exit")

@@ -1,6 +1,7 @@
 #include "cli/repl.h"
 
 #include <editline/readline.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "cli/generate.h"
+#include "tokenizer/utf8.h"
 #include "common/error.h"
 #include "tokenizer/special_tokens.h"
 
@@ -39,8 +41,11 @@ int run_repl(Engine& engine, Session& first_session, const Options& o, chat::Thi
   int64_t ctx = o.ctx;
   std::vector<int32_t> transcript;  // what the session should hold after each turn
   Sampler sampler(o.sampling);
-  const std::string hist = history_path();
+  std::string hist = history_path();
   stifle_history(512);
+  // History only for people typing at a terminal (piped input is not a user's history).
+  const bool interactive = isatty(STDIN_FILENO);
+  if (!interactive) hist.clear();
   if (!hist.empty()) read_history(hist.c_str());
   std::fprintf(stderr, "ds4 interactive chat. /help for commands.\n");
 
@@ -82,6 +87,8 @@ int run_repl(Engine& engine, Session& first_session, const Options& o, chat::Thi
           ctx = n;
           transcript.clear();
           std::fprintf(stderr, "new session, ctx %lld\n", static_cast<long long>(n));
+        } catch (const Error& e) {
+          std::fprintf(stderr, "/ctx: %s\n", e.what());
         } catch (const std::exception&) {
           std::fprintf(stderr, "usage: /ctx N (N >= 16 tokens)\n");
         }
@@ -100,6 +107,10 @@ int run_repl(Engine& engine, Session& first_session, const Options& o, chat::Thi
     }
 
     // Next prompt = transcript so far (closed with EOS) + the new user turn.
+    const size_t before = transcript.size();
+    try {
+    if (const size_t ok = tok::utf8_valid_until(message); ok != message.size())
+      fail("the message is not valid UTF-8 (byte {}); nothing was sent", ok);
     std::vector<int32_t> prompt;
     if (transcript.empty()) {
       prompt = build_prompt(engine, o.system, message, mode, ctx);
@@ -113,8 +124,6 @@ int run_repl(Engine& engine, Session& first_session, const Options& o, chat::Thi
       const auto more = tok.encode_with_specials(turn);
       prompt.insert(prompt.end(), more.begin(), more.end());
     }
-    const size_t before = transcript.size();
-    try {
       const auto st = generate(engine, *session, prompt, sampler, o.max_tokens, stop);
       transcript = session->tokens();
       std::fprintf(stderr, "prefill: %.2f t/s, generation: %.2f t/s%s\n",
@@ -123,7 +132,7 @@ int run_repl(Engine& engine, Session& first_session, const Options& o, chat::Thi
                    stop.load() ? " (stopped)" : "");
     } catch (const Error& e) {
       std::fprintf(stderr, "error: %s\n", e.what());
-      transcript.resize(before);  // roll the failed turn back
+      transcript.resize(before);  // roll the failed turn back (the session re-syncs next turn)
     }
   }
   return 0;

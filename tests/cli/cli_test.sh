@@ -8,6 +8,7 @@ build=$1; shared=$2
 ds4=$build/ds4
 model=$build/models/ds4-tiny-q2.gguf
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export HOME=$tmp  # never touch the user's ~/.ds4_history
 pass=0; fail=0
 ok() { pass=$((pass+1)); }
 bad() { fail=$((fail+1)); echo "FAIL: $*"; }
@@ -73,13 +74,16 @@ for s in d["steps"]:
     assert abs(sum(math.exp(t["logprob"]) for t in tops)) <= 1.0 + 1e-6
 PY
 expect 0 "layers: 7" -- "$ds4" -m "$model" --inspect
+expect 0 "context of 24 tokens is full" -- "$ds4" -m "$model" -p hi -c 24 -n 50
+expect 0 "Think Max needs --ctx" -- "$ds4" --render-chat "$shared/testdata/encoding/case_2.input.json" --think-mode max
 expect 1 "cannot allocate .* use a smaller --ctx" -- "$ds4" -m "$model" -c 1000000000 -p hi -n 2
 
 # The REPL read from a pipe: two turns (the second reuses the first's KV), commands, bad commands.
-out=$(printf 'ciao\n/nothink\ncome stai?\n/ctx 64\n/read %s/none\n/bogus\n/help\n/quit\n' "$tmp" \
+out=$(printf 'ciao\n/nothink\ncome stai?\n/read %s/bad_utf8.txt\n/ctx 64\n/read %s/none\n/bogus\n/help\n/quit\n' "$tmp" "$tmp" \
       | timeout 120 "$ds4" -m "$model" -n 4 --seed 3 2>&1); rc=$?
 [ $rc -eq 0 ] && [ "$(grep -c '^prefill: ' <<<"$out")" -eq 2 ] && grep -q "new session, ctx 64" <<<"$out" \
-  && grep -q "cannot read" <<<"$out" && grep -q "unknown command /bogus" <<<"$out" && grep -q "/think-max" <<<"$out" \
+  && grep -q "cannot read" <<<"$out" && grep -q "not valid UTF-8 (byte 3); nothing was sent" <<<"$out" \
+  && [ ! -e "$tmp/.ds4_history" ] && grep -q "unknown command /bogus" <<<"$out" && grep -q "/think-max" <<<"$out" \
   && ok || bad "repl (rc $rc): ${out:0:600}"
 
 echo "$pass passed, $fail failed"
