@@ -41,8 +41,9 @@ class Adapter {
   bool stream() const { return stream_; }
   const std::string& model() const { return model_; }
 
-  /// SSE frames sent before any event (role chunk, message_start, response.created).
-  virtual std::string stream_begin() = 0;
+  /// SSE frames sent before any event (role chunk, message_start, response.created), once the
+  /// prompt is prefilled: `usage` holds the prompt and reused token counts.
+  virtual std::string stream_begin(const Usage& usage) = 0;
   /// SSE frames for one event.
   virtual std::string stream_event(const GenEvent& event) = 0;
   /// Closing frames (finish chunk, usage, [DONE], message_stop, response.completed ...).

@@ -146,16 +146,13 @@ class Anthropic final : public Adapter {
                           "stop_sequences");
     gen_.tool_id_prefix = "toolu_";
     id_ = "msg_" + random_hex(12);
-    prompt_tokens_ = static_cast<int64_t>(gen_.prompt.size());
   }
 
-  std::string stream_begin() override {
+  std::string stream_begin(const Usage& u) override {
     ojson msg = {{"id", id_},         {"type", "message"},       {"role", "assistant"},
                  {"model", model_},   {"content", ojson::array()}, {"stop_reason", nullptr},
                  {"stop_sequence", nullptr}};
-    // The reused prefix is only known after the prefill; report the whole prompt as input here.
-    msg["usage"] = {{"input_tokens", prompt_tokens_}, {"output_tokens", 0},
-                    {"cache_read_input_tokens", 0}, {"cache_creation_input_tokens", 0}};
+    msg["usage"] = usage(u);  // output_tokens is 0 here
     return sse_event("message_start", {{"type", "message_start"}, {"message", msg}});
   }
 
@@ -263,7 +260,6 @@ class Anthropic final : public Adapter {
   }
 
   std::string id_;
-  int64_t prompt_tokens_ = 0;
   Block open_ = Block::none;
   int index_ = 0;
   bool saw_text_ = false, saw_tool_ = false, saw_thinking_ = false;

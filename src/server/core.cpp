@@ -29,10 +29,31 @@ bool Job::wait_events(std::vector<GenEvent>& out, int timeout_ms) {
   return done_;
 }
 
+bool Job::done() {
+  std::lock_guard lock(mu_);
+  return done_;
+}
+
 const GenResult& Job::wait() {
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return done_; });
   return result_;
+}
+
+bool Job::wait_prepared(Usage& usage, int timeout_ms) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return done_ || prepared_; });
+  if (prepared_) usage = prepared_usage_;
+  return prepared_;
+}
+
+void Job::set_prepared(const Usage& usage) {
+  {
+    std::lock_guard lock(mu_);
+    prepared_ = true;
+    prepared_usage_ = usage;
+  }
+  cv_.notify_all();
 }
 
 void Job::push(GenEvent event) {
@@ -156,6 +177,7 @@ void Core::run_job(Job& job) {
     job.finish(std::move(res));
     return;
   }
+  job.set_prepared(res.usage);
   const auto t1 = clock::now();
   res.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
 

@@ -80,6 +80,8 @@ class Job {
   /// Waits up to `timeout_ms` for events or the end; moves pending events into `out`. Returns
   /// true when the job is finished and every event has been taken.
   bool wait_events(std::vector<GenEvent>& out, int timeout_ms);
+  /// True once the job has finished (its result is final).
+  bool done();
   /// Blocks until the job finished; returns its result.
   const GenResult& wait();
   /// Asks the worker to stop this job (client gone). Idempotent.
@@ -87,10 +89,14 @@ class Job {
   bool cancelled() const { return cancelled_; }
   /// True once the worker has started the prompt's prefill.
   bool started() const { return started_; }
+  /// Waits up to `timeout_ms` until the prompt is prefilled (or the job ended); returns true and
+  /// sets `usage` (prompt and cached tokens known, completion 0) when it was prefilled.
+  bool wait_prepared(Usage& usage, int timeout_ms);
 
  private:
   friend class Core;
   void push(GenEvent event);
+  void set_prepared(const Usage& usage);
   void finish(GenResult result);
 
   GenRequest request_;
@@ -98,6 +104,8 @@ class Job {
   std::condition_variable cv_;
   std::vector<GenEvent> events_;
   bool done_ = false;
+  bool prepared_ = false;
+  Usage prepared_usage_;
   GenResult result_;
   std::atomic<bool> cancelled_{false};
   std::atomic<bool> started_{false};

@@ -217,7 +217,19 @@ void HttpServer::install_routes() {
               }
               return true;
             };
-            if (!write(shared->stream_begin())) return false;
+            // Headers are out; keep the connection alive (and notice a client that left) while
+            // the job waits in the queue and prefills.
+            Usage usage;
+            bool prepared = false;
+            for (;;) {
+              if (job->wait_prepared(usage, kKeepaliveMs)) {
+                prepared = true;
+                break;
+              }
+              if (job->done()) break;  // failed before the prefill finished
+              if (!write(": prefill\n\n")) return false;
+            }
+            if (prepared && !write(shared->stream_begin(usage))) return false;
             std::vector<GenEvent> events;
             for (;;) {
               events.clear();

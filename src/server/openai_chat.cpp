@@ -91,7 +91,7 @@ class OpenAIChat final : public Adapter {
     created_ = unix_now();
   }
 
-  std::string stream_begin() override {
+  std::string stream_begin(const Usage&) override {
     return sse_data(chunk({{"role", "assistant"}}, nullptr));
   }
 
@@ -205,7 +205,7 @@ class OpenAICompletions final : public Adapter {
     created_ = unix_now();
   }
 
-  std::string stream_begin() override { return {}; }
+  std::string stream_begin(const Usage&) override { return {}; }
   std::string stream_event(const GenEvent& e) override {
     if (e.kind != GenEvent::Kind::content || e.text.empty()) return {};
     return sse_data(chunk(e.text, nullptr));

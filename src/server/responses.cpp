@@ -172,7 +172,7 @@ class Responses final : public Adapter {
     created_ = unix_now();
   }
 
-  std::string stream_begin() override {
+  std::string stream_begin(const Usage&) override {
     return event("response.created", {{"response", envelope("in_progress")}});
   }
 

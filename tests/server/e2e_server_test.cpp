@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <mutex>
 #include <thread>
 
 #include "server_process.h"
@@ -255,6 +256,8 @@ TEST_F(E2E, AnthropicNonStreamAndStream) {
   ASSERT_GE(frames.size(), 4u);
   EXPECT_EQ(frames.front().event, "message_start");
   EXPECT_EQ(frames.front().json()["message"]["usage"]["output_tokens"], 0);
+  // Same prompt as the request before: message_start reports the reused prefix.
+  EXPECT_GT(frames.front().json()["message"]["usage"]["cache_read_input_tokens"].get<int>(), 0);
   EXPECT_EQ(frames[frames.size() - 2].event, "message_delta");
   EXPECT_EQ(frames.back().event, "message_stop");
   int expect_index = 0;
@@ -485,6 +488,58 @@ TEST(E2EProcess, ApiKeyAndGracefulShutdown) {
   streamer.join();
   EXPECT_NE(streamed.find("\"finish_reason\":\"error\""), std::string::npos) << streamed.substr(0, 500);
   EXPECT_NE(server.log().find("shutting down"), std::string::npos);
+}
+
+// Bounded loopback load test: 32 clients send requests (all four APIs, streamed and not) for
+// about 12 s; every reply must be a well-formed 200 and the server must stay healthy.
+TEST(E2EProcess, LoadThirtyTwoClients) {
+  ServerProcess server({"-c", "256"});
+  ASSERT_GT(server.port(), 0) << server.log();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(12);
+  std::atomic<int> ok{0}, bad{0};
+  std::mutex mu;
+  std::string first_bad;
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 32; ++i) {
+    clients.emplace_back([&, i] {
+      httplib::Client c("127.0.0.1", server.port());
+      c.set_read_timeout(120, 0);
+      for (int n = 0; std::chrono::steady_clock::now() < deadline; ++n) {
+        const int kind = (i + n) % 4;
+        const bool stream = (i + n) % 2 == 1;
+        json body = {{"max_tokens", 2}, {"stream", stream}};
+        const char* path = "/v1/chat/completions";
+        const std::string text = "client " + std::to_string(i) + " request " + std::to_string(n);
+        if (kind == 0) body["messages"] = {{{"role", "user"}, {"content", text}}};
+        if (kind == 1) { path = "/v1/completions"; body["prompt"] = text; }
+        if (kind == 2) { path = "/v1/responses"; body["input"] = text; body.erase("max_tokens"); body["max_output_tokens"] = 2; }
+        if (kind == 3) { path = "/v1/messages"; body["messages"] = {{{"role", "user"}, {"content", text}}}; }
+        auto r = c.Post(path, body.dump(), "application/json");
+        bool good = r && r->status == 200;
+        if (good && stream) {
+          const auto frames = parse_sse(r->body);
+          good = !frames.empty() && frames.back().data.size() > 0;
+        } else if (good) {
+          good = !json::parse(r->body, nullptr, false).is_discarded();
+        }
+        if (good) {
+          ++ok;
+        } else {
+          ++bad;
+          std::lock_guard lock(mu);
+          if (first_bad.empty()) first_bad = r ? std::to_string(r->status) + " " + r->body : "connection error";
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(bad.load(), 0) << first_bad;
+  EXPECT_GE(ok.load(), 32);
+  httplib::Client c("127.0.0.1", server.port());
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(json::parse(h->body)["queued"], 0);
+  std::printf("load: %d requests in about 12 s from 32 clients\n", ok.load());
 }
 
 TEST(E2EProcess, BadFlagsExit2) {
