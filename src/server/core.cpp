@@ -100,7 +100,14 @@ void Core::shutdown() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (thread_.joinable()) {
+    thread_.join();
+    try {
+      gen_->on_shutdown();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ds4-server: shutdown save failed: %s\n", e.what());
+    }
+  }
 }
 
 CoreStats Core::stats() const {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/kv_disk_cache.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "tokenizer/stream_decoder.h"
@@ -42,29 +43,55 @@ class Generator {
   virtual int64_t remaining() const = 0;
   /// Forgets the live state (after a stop-string hit the sampled tail is not a clean prefix).
   virtual void invalidate() = 0;
+  /// Called once after the last job (graceful shutdown): persist what is worth keeping.
+  virtual void on_shutdown() {}
+};
+
+/// Disk-cache placement knobs of ModelGenerator (ds4-server --kv-cache-* flags, §3.9).
+struct KvPlacement {
+  int64_t cold_max_tokens = 30000;  ///< cold-save prompts of length [min, this]; 0 disables
+  int64_t trim_tokens = 32;         ///< tail trimmed before a cold save
+  int64_t align_tokens = 2048;      ///< save boundary alignment; 0 disables
 };
 
 /// The real generator: one ds4::Session of `ctx` tokens on the engine's backend. A sampled token
 /// is evaluated lazily (at the next step), so a turn that ends never pays for an unused decode.
+/// With a disk cache (product-surface §3.9 steps 4, 7, 8): a prompt whose live common prefix is
+/// shorter than the cache's min tokens first saves the live session (reason evict), then loads
+/// the longest cached prefix of the prompt text (only the remaining text is tokenized), or, on a
+/// miss, cold-saves the prompt's save point before prefilling the rest. on_shutdown() saves the
+/// live session (reason shutdown).
 class ModelGenerator final : public Generator {
  public:
   /// Allocates the session. Throws ds4::Error when it cannot be allocated or the vocabulary has
-  /// no end-of-sentence token.
-  ModelGenerator(Engine& engine, int64_t ctx, int64_t prefill_chunk = 256);
+  /// no end-of-sentence token. `cache` (may be null) must outlive the generator.
+  ModelGenerator(Engine& engine, int64_t ctx, int64_t prefill_chunk = 256,
+                 KvDiskCache* cache = nullptr, KvPlacement placement = {});
 
   int64_t prepare(std::span<const int32_t> prompt, const std::function<void()>& tick) override;
   GenStep next(Sampler& sampler) override;
   std::string flush() override;
   int64_t remaining() const override;
   void invalidate() override;
+  void on_shutdown() override;
 
   Session& session() { return session_; }
 
+  /// The cold-save point of `prompt` (§3.9): the last User token before the first Assistant
+  /// token when that is >= min_tokens, else (length - trim) aligned down to `align`; 0 when
+  /// neither is >= min_tokens.
+  static int64_t cold_save_point(std::span<const int32_t> prompt, int32_t user_id,
+                                 int32_t assistant_id, int64_t min_tokens, const KvPlacement& p);
+
  private:
+  void save_live(SaveReason reason);
+
   Engine& engine_;
   Session session_;
   int64_t chunk_;
   int32_t eos_;
+  KvDiskCache* cache_;
+  KvPlacement placement_;
   std::optional<int32_t> pending_;  // sampled, not yet evaluated
   tok::StreamDecoder decoder_;
 };

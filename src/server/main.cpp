@@ -14,6 +14,7 @@
 #include "server/core.h"
 #include "server/generator.h"
 #include "server/http_server.h"
+#include "server/kv_disk_cache.h"
 
 namespace {
 
@@ -28,8 +29,7 @@ struct Flags {
   bool cors = false;
   std::string api_key;
   size_t max_queue = 0;
-  // Disk KV cache flags (product-surface §2.2): accepted and validated; the cache itself is not
-  // implemented yet, so setting --kv-disk-dir prints a warning.
+  // Disk KV cache (product-surface §2.2, §4); continued saves are not implemented.
   std::string kv_disk_dir;
   int64_t kv_disk_space_mb = 4096, kv_min = 512, kv_cold_max = 30000, kv_continued = 10000,
           kv_trim = 32, kv_align = 2048;
@@ -55,7 +55,7 @@ Flags parse(int argc, char** argv) {
   app.add_flag("--cors", f.cors, "Send Access-Control-Allow-* headers");
   app.add_option("--api-key", f.api_key, "Require this key (Authorization: Bearer / x-api-key)");
   app.add_option("--max-queue", f.max_queue, "Answer 429 when N jobs are waiting (0 = no limit)");
-  app.add_option("--kv-disk-dir", f.kv_disk_dir, "Disk KV cache folder (not implemented yet)");
+  app.add_option("--kv-disk-dir", f.kv_disk_dir, "Enable the disk KV cache in DIR");
   app.add_option("--kv-disk-space-mb", f.kv_disk_space_mb, "Disk cache budget")->check(CLI::PositiveNumber);
   app.add_option("--kv-cache-min-tokens", f.kv_min, "Shortest cached prefix")->check(CLI::PositiveNumber);
   app.add_option("--kv-cache-cold-max-tokens", f.kv_cold_max, "Cold-save prompt length limit")
@@ -97,14 +97,31 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   try {
     auto engine = ds4::Engine::open({.model_path = f.model, .backend = f.backend, .threads = f.threads});
-    if (!f.kv_disk_dir.empty())
-      std::fprintf(stderr, "ds4-server: warning: the disk KV cache is not implemented; --kv-disk-dir ignored\n");
+    std::unique_ptr<ds4::server::KvDiskCache> cache;
+    if (!f.kv_disk_dir.empty()) {
+      // Routed-expert quantization recorded in each snapshot: 2-bit formats vs everything else.
+      const auto t = engine->weights().layers.at(0).ffn_gate_exps.type;
+      const bool two = t == ds4::GgmlType::Q2_K || t == ds4::GgmlType::IQ2_XXS ||
+                       t == ds4::GgmlType::IQ2_XS || t == ds4::GgmlType::IQ2_S;
+      cache = std::make_unique<ds4::server::KvDiskCache>(ds4::server::KvCacheOptions{
+          .dir = f.kv_disk_dir,
+          .budget_bytes = static_cast<uint64_t>(f.kv_disk_space_mb) << 20,
+          .min_tokens = f.kv_min,
+          .cold_max_tokens = f.kv_cold_max,
+          .reject_different_quant = f.kv_reject_quant,
+          .quant_bits = static_cast<uint8_t>(two ? 2 : 4),
+          .ctx = f.ctx});
+    }
     ds4::server::ServerInfo info;
     info.tokenizer = &engine->tokenizer();
     info.ctx = f.ctx;
     info.default_max_tokens = f.tokens;
-    ds4::server::Core core(std::make_unique<ds4::server::ModelGenerator>(*engine, f.ctx),
-                           {.max_queue = f.max_queue});
+    ds4::server::Core core(
+        std::make_unique<ds4::server::ModelGenerator>(
+            *engine, f.ctx, 256, cache.get(),
+            ds4::server::KvPlacement{.cold_max_tokens = f.kv_cold_max, .trim_tokens = f.kv_trim,
+                                     .align_tokens = f.kv_align}),
+        {.max_queue = f.max_queue});
     ds4::server::HttpServer http(core, info, {.host = f.host, .port = f.port, .cors = f.cors,
                                               .api_key = f.api_key, .max_body_bytes = 64u << 20,
                                               .threads = 64});

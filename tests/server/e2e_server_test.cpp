@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -540,6 +542,85 @@ TEST(E2EProcess, LoadThirtyTwoClients) {
   ASSERT_TRUE(h);
   EXPECT_EQ(json::parse(h->body)["queued"], 0);
   std::printf("load: %d requests in about 12 s from 32 clients\n", ok.load());
+}
+
+// Disk KV cache (product-surface §3.9, §4): cold save at the last User marker, evict save when
+// another prompt replaces the live session, reload of the longest cached prefix, shutdown save,
+// and reuse after a restart.
+struct KvFile {
+  int reason = 0;
+  uint32_t tokens = 0;
+};
+
+std::vector<KvFile> kv_files(const std::string& dir) {
+  std::vector<KvFile> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".kv") continue;
+    std::ifstream f(e.path(), std::ios::binary);
+    unsigned char h[52] = {};
+    f.read(reinterpret_cast<char*>(h), 52);
+    EXPECT_EQ(std::string(reinterpret_cast<char*>(h), 3), "KVC");
+    EXPECT_EQ(e.path().stem().string().size(), 40u);
+    out.push_back({h[5], uint32_t(h[8]) | uint32_t(h[9]) << 8 | uint32_t(h[10]) << 16 | uint32_t(h[11]) << 24});
+  }
+  return out;
+}
+
+int count_reason(const std::vector<KvFile>& files, int reason) {
+  int n = 0;
+  for (const auto& f : files) n += f.reason == reason;
+  return n;
+}
+
+TEST(E2EProcess, DiskKvCache) {
+  const std::string dir = "/tmp/ds4_kv_e2e_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  const std::vector<std::string> args = {"-c", "512", "--kv-disk-dir", dir, "--kv-cache-min-tokens", "8",
+                                         "--kv-cache-boundary-align-tokens", "0",
+                                         "--kv-cache-boundary-trim-tokens", "4"};
+  auto body = [](const std::string& system, const std::string& user) {
+    return json{{"messages", {{{"role", "system"}, {"content", system}}, {{"role", "user"}, {"content", user}}}},
+                {"max_tokens", 2}, {"thinking", {{"type", "disabled"}}}}.dump();
+  };
+  const std::string a = body("You are a careful assistant who answers every question briefly.", "Describe the ocean.");
+  const std::string b = body("Zebras are striped animals that live in Africa and nowhere else.", "Why stripes?");
+  uint32_t cold_tokens = 0;
+  {
+    ServerProcess server(args);
+    ASSERT_GT(server.port(), 0) << server.log();
+    httplib::Client c("127.0.0.1", server.port());
+    c.set_read_timeout(120, 0);
+    auto r = c.Post("/v1/chat/completions", a, "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    auto files = kv_files(dir);
+    ASSERT_EQ(files.size(), 1u);
+    EXPECT_EQ(files[0].reason, 1);  // cold
+    cold_tokens = files[0].tokens;
+    EXPECT_GE(cold_tokens, 8u);
+    EXPECT_LT(cold_tokens, json::parse(r->body)["usage"]["prompt_tokens"].get<uint32_t>());
+    r = c.Post("/v1/chat/completions", b, "application/json");
+    ASSERT_TRUE(r);
+    files = kv_files(dir);
+    EXPECT_EQ(count_reason(files, 3), 1);  // A's live session saved on evict
+    EXPECT_EQ(count_reason(files, 1), 2);  // B's cold save
+    r = c.Post("/v1/chat/completions", a, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(json::parse(r->body)["usage"]["prompt_tokens_details"]["cached_tokens"], cold_tokens) << r->body;
+    EXPECT_EQ(server.signal_and_wait(SIGTERM, 60), 0) << server.log();
+    EXPECT_EQ(count_reason(kv_files(dir), 4), 1);  // shutdown save
+  }
+  {
+    ServerProcess server(args);
+    ASSERT_GT(server.port(), 0) << server.log();
+    httplib::Client c("127.0.0.1", server.port());
+    c.set_read_timeout(120, 0);
+    auto r = c.Post("/v1/chat/completions", a, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_GE(json::parse(r->body)["usage"]["prompt_tokens_details"]["cached_tokens"].get<uint32_t>(), cold_tokens)
+        << r->body;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(E2EProcess, BadFlagsExit2) {
