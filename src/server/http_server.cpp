@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <sstream>
 
 #include "common/error.h"
@@ -34,6 +36,8 @@ HttpServer::HttpServer(Core& core, ServerInfo info, HttpOptions options)
   const int threads = options_.threads;
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   http_->set_payload_max_length(options_.max_body_bytes);
+  // One request per connection, as ds4 does (product-surface §3.1: Connection: close).
+  http_->set_keep_alive_max_count(1);
   http_->set_read_timeout(10, 0);
   http_->set_write_timeout(10, 0);
   install_routes();
@@ -178,10 +182,20 @@ void HttpServer::install_routes() {
         std::lock_guard lock(mu_);
         ++requests_[name];
       }
+      // httplib enforces the limit on Content-Length bodies (413 before this handler) but not on
+      // chunked uploads, which it buffers whole: refuse those here.
+      if (req.body.size() > options_.max_body_bytes) {
+        ApiError e(413, "request body too large (limit " + std::to_string(options_.max_body_bytes) + " bytes)");
+        res.status = 413;
+        res.set_content(dump_json(error_body_for(api, e)), "application/json");
+        count_status(413);
+        return;
+      }
+      const std::string& raw = req.body;
       std::unique_ptr<Adapter> adapter;
       std::shared_ptr<Job> job;
       try {
-        const ojson body = parse_json_body(req.body);
+        const ojson body = parse_json_body(raw);
         adapter = make_adapter(api, body, info_);
         job = core_.submit(adapter->request());
       } catch (const ApiError& e) {
@@ -209,13 +223,23 @@ void HttpServer::install_routes() {
       res.set_chunked_content_provider(
           "text/event-stream",
           [this, job, shared](size_t, httplib::DataSink& sink) {
+            auto last_write = std::chrono::steady_clock::now();
             auto write = [&](const std::string& s) {
               if (s.empty()) return true;
               if (!sink.write(s.data(), s.size())) {
                 job->cancel();
                 return false;
               }
+              last_write = std::chrono::steady_clock::now();
               return true;
+            };
+            // A comment line when nothing was sent for a while (queue, prefill, or events this
+            // API does not show, such as hidden reasoning): keeps proxies and clients patient and
+            // notices a client that went away.
+            auto keepalive = [&](const char* what) {
+              if (std::chrono::steady_clock::now() - last_write < std::chrono::milliseconds(kKeepaliveMs))
+                return true;
+              return write(std::string(": ") + what + "\n\n");
             };
             // Headers are out; keep the connection alive (and notice a client that left) while
             // the job waits in the queue and prefills.
@@ -227,16 +251,16 @@ void HttpServer::install_routes() {
                 break;
               }
               if (job->done()) break;  // failed before the prefill finished
-              if (!write(": prefill\n\n")) return false;
+              if (!keepalive("prefill")) return false;
             }
             if (prepared && !write(shared->stream_begin(usage))) return false;
             std::vector<GenEvent> events;
             for (;;) {
               events.clear();
               const bool finished = job->wait_events(events, kKeepaliveMs);
-              if (events.empty() && !finished && !write(": prefill\n\n")) return false;
               for (const auto& e : events)
                 if (!write(shared->stream_event(e))) return false;
+              if (!finished && !keepalive("keepalive")) return false;
               if (finished) break;
             }
             const GenResult& r = job->wait();

@@ -441,6 +441,29 @@ TEST_F(ScriptedServer, ResponsesHidesReasoningWithoutSummary) {
   EXPECT_TRUE(std::regex_match(j["id"].get<std::string>(), std::regex("resp_[0-9a-f]{24}")));
 }
 
+TEST_F(ScriptedServer, ToolChoiceNoneLeavesDsmlAsContent) {
+  auto res = post("/v1/chat/completions",
+                  {{"messages", {{{"role", "user"}, {"content", "weather?"}}}}, {"tools", kOpenAITools},
+                   {"tool_choice", "none"}},
+                  kToolText);
+  ASSERT_TRUE(res);
+  const auto j = nlohmann::ordered_json::parse(res->body);
+  const auto& msg = j["choices"][0]["message"];
+  EXPECT_FALSE(msg.contains("tool_calls"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_NE(msg["content"].get<std::string>().find("<｜DSML｜invoke name=\"get_weather\">"), std::string::npos);
+}
+
+TEST_F(ScriptedServer, ContentThatLooksLikeThinkingStaysContentInChatMode) {
+  auto res = post("/v1/chat/completions",
+                  {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"thinking", {{"type", "disabled"}}}},
+                  "plain answer 😀 done");
+  ASSERT_TRUE(res);
+  const auto j = nlohmann::ordered_json::parse(res->body);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "plain answer 😀 done");
+  EXPECT_FALSE(j["choices"][0]["message"].contains("reasoning_content"));
+}
+
 TEST_F(ScriptedServer, ChatUsageChunkOnlyWhenAsked) {
   auto res = post("/v1/chat/completions",
                   {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"stream", true},

@@ -326,6 +326,14 @@ TEST_F(E2E, ErrorShapes) {
       {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":0})", nullptr},
       {"/v1/messages", "[1]", "invalid JSON request: the body must be a JSON object"},
       {"/v1/messages", R"({"max_tokens":3})", "missing messages"},
+      {"/v1/chat/completions", R"({"messages":"hi"})", "messages must be an array"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"wizard","content":"x"}]})", "messages[0]: unknown role \"wizard\""},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", "temperature must be a number"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"stop":[1]})", "stop must be a string or an array of strings"},
+      {"/v1/responses", R"({"input":[{"type":"image","url":"x"}]})", "input[0]: unsupported item type \"image\""},
+      {"/v1/responses", R"({"input":[{"type":"message","role":"user","content":[{"type":"input_image"}]}]})", nullptr},
+      {"/v1/responses", R"({"input":"x","tool_choice":{"type":"function","name":"f"}})", "forced tool_choice not supported"},
+      {"/v1/messages", R"({"max_tokens":3,"messages":[{"role":"user","content":[{"type":"image"}]}]})", nullptr},
   };
   for (const auto& c : cases) {
     auto r = post(c.path, c.body);
@@ -399,6 +407,24 @@ TEST_F(E2E, BodyTooLarge) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 413);
   EXPECT_EQ(json::parse(r->body)["error"]["type"], "invalid_request_error");
+  // The same with chunked transfer encoding (no Content-Length): refused once past the limit.
+  const std::string block(1 << 20, 'a');
+  int sent = 0;
+  auto c = client();
+  auto rc = c.Post(
+      "/v1/chat/completions",
+      [&](size_t, httplib::DataSink& sink) {
+        if (sent++ < 70) return sink.write(block.data(), block.size());
+        sink.done();
+        return true;
+      },
+      "application/json");
+  if (rc) {
+    EXPECT_EQ(rc->status, 413);
+  } else {
+    EXPECT_LT(sent, 70);  // the server closed the connection before the body ended
+  }
+  EXPECT_EQ(client().Get("/health")->status, 200);
 }
 
 // A streaming client that goes away cancels its generation; while it runs, one request may wait
@@ -456,7 +482,7 @@ TEST_F(E2E, QueueLimitAndDisconnectCancels) {
 }
 
 TEST(E2EProcess, ApiKeyAndGracefulShutdown) {
-  ServerProcess server({"-c", "256", "--api-key", "sekrit", "--cors"});
+  ServerProcess server({"-c", "8192", "--api-key", "sekrit", "--cors"});
   ASSERT_GT(server.port(), 0) << server.log();
   httplib::Client c("127.0.0.1", server.port());
   c.set_read_timeout(60, 0);
@@ -476,16 +502,28 @@ TEST(E2EProcess, ApiKeyAndGracefulShutdown) {
   EXPECT_EQ(c.Get("/health")->status, 200);  // health needs no key
   // SIGTERM during a long stream: the stream ends with finish "error", the process exits 0.
   std::string streamed;
+  std::atomic<bool> started{false};
   std::thread streamer([&] {
     httplib::Client c2("127.0.0.1", server.port());
     c2.set_read_timeout(60, 0);
     json b = json::parse(body);
     b["max_tokens"] = 100000;
     b["stream"] = true;
-    auto res = c2.Post("/v1/chat/completions", auth, b.dump(), "application/json");
-    if (res) streamed = res->body;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/chat/completions";
+    req.headers = auth;
+    req.body = b.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      streamed.append(data, n);
+      started = true;
+      return true;
+    };
+    c2.send(req);
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_EQ(server.signal_and_wait(SIGTERM, 60), 0) << server.log();
   streamer.join();
   EXPECT_NE(streamed.find("\"finish_reason\":\"error\""), std::string::npos) << streamed.substr(0, 500);
@@ -516,7 +554,9 @@ TEST(E2EProcess, LoadThirtyTwoClients) {
         if (kind == 1) { path = "/v1/completions"; body["prompt"] = text; }
         if (kind == 2) { path = "/v1/responses"; body["input"] = text; body.erase("max_tokens"); body["max_output_tokens"] = 2; }
         if (kind == 3) { path = "/v1/messages"; body["messages"] = {{{"role", "user"}, {"content", text}}}; }
+        const auto t0 = std::chrono::steady_clock::now();
         auto r = c.Post(path, body.dump(), "application/json");
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         bool good = r && r->status == 200;
         if (good && stream) {
           const auto frames = parse_sse(r->body);
@@ -531,7 +571,8 @@ TEST(E2EProcess, LoadThirtyTwoClients) {
           std::lock_guard lock(mu);
           if (first_bad.empty())
             first_bad = r ? std::to_string(r->status) + " " + r->body.substr(0, 300)
-                          : "client error " + httplib::to_string(r.error());
+                          : "client error " + httplib::to_string(r.error()) + " on " + path +
+                                (stream ? " (stream)" : "") + " after " + std::to_string(secs) + " s";
         }
       }
     });
