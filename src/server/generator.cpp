@@ -1,0 +1,139 @@
+#include "server/generator.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "tokenizer/special_tokens.h"
+
+namespace ds4::server {
+
+ModelGenerator::ModelGenerator(Engine& engine, int64_t ctx, int64_t prefill_chunk,
+                               KvDiskCache* cache, KvPlacement placement)
+    : engine_(engine),
+      session_(engine.config(), engine.backend(), ctx),
+      chunk_(prefill_chunk),
+      cache_(cache),
+      placement_(placement),
+      decoder_(engine.tokenizer()) {
+  const auto eos = engine.tokenizer().find_token(tok::kEosToken);
+  if (!eos) fail("the model's vocabulary has no end-of-sentence token {}", tok::kEosToken);
+  eos_ = *eos;
+}
+
+int64_t ModelGenerator::cold_save_point(std::span<const int32_t> prompt, int32_t user_id,
+                                        int32_t assistant_id, int64_t min_tokens,
+                                        const KvPlacement& p) {
+  int64_t last_user = -1;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] == assistant_id) break;
+    if (prompt[i] == user_id) last_user = static_cast<int64_t>(i);
+  }
+  if (last_user >= min_tokens) return last_user;
+  int64_t n = static_cast<int64_t>(prompt.size()) - p.trim_tokens;
+  if (p.align_tokens > 0) n -= n % p.align_tokens;
+  return n >= min_tokens ? n : 0;
+}
+
+void ModelGenerator::save_live(SaveReason reason) {
+  const auto& live = session_.tokens();
+  if (!cache_ || static_cast<int64_t>(live.size()) < cache_->options().min_tokens) return;
+  cache_->store(engine_.tokenizer().decode(live), static_cast<uint32_t>(live.size()), session_.save(),
+                reason);
+}
+
+int64_t ModelGenerator::prepare(std::span<const int32_t> prompt, const std::function<void()>& tick) {
+  pending_.reset();
+  decoder_.finish();
+  const ProgressFn progress = [&](int64_t, int64_t) {
+    if (tick) tick();
+  };
+  std::vector<int32_t> effective(prompt.begin(), prompt.end());
+  if (cache_) {
+    const auto& live = session_.tokens();
+    size_t common = 0;
+    while (common < live.size() && common < prompt.size() && live[common] == prompt[common]) ++common;
+    const int64_t min = cache_->options().min_tokens;
+    if (static_cast<int64_t>(common) < min) {
+      save_live(SaveReason::evict);
+      const auto& tok = engine_.tokenizer();
+      const std::string text = tok.decode(prompt);
+      auto hit = cache_->lookup(text);
+      if (hit && hit->tokens > common) {
+        try {
+          session_.load(hit->payload);
+        } catch (const Error&) {
+          cache_->remove(hit->text);  // corrupt or for another model shape: never retry it
+          session_.reset();
+          hit.reset();
+        }
+      } else {
+        hit.reset();
+      }
+      if (hit) {
+        effective = session_.tokens();
+        const auto rest = tok.encode_with_specials(std::string_view(text).substr(hit->text.size()));
+        effective.insert(effective.end(), rest.begin(), rest.end());
+        if (static_cast<int64_t>(effective.size()) >= session_.ctx())
+          effective.assign(prompt.begin(), prompt.end());
+      } else if (placement_.cold_max_tokens > 0 && static_cast<int64_t>(prompt.size()) >= min &&
+                 static_cast<int64_t>(prompt.size()) <= placement_.cold_max_tokens) {
+        const tok::SpecialTokens sp = tok.special_tokens();
+        const int64_t at = cold_save_point(prompt, sp.user, sp.assistant, min, placement_);
+        if (at > 0 && at < static_cast<int64_t>(prompt.size())) {
+          session_.sync(prompt.subspan(0, static_cast<size_t>(at)), chunk_, progress);
+          save_live(SaveReason::cold);
+        }
+      }
+    }
+  }
+  return session_.sync(effective, chunk_, progress);
+}
+
+void ModelGenerator::on_shutdown() {
+  pending_.reset();
+  save_live(SaveReason::shutdown);
+}
+
+GenStep ModelGenerator::next(Sampler& sampler) {
+  if (pending_) {
+    session_.decode(*pending_);
+    pending_.reset();
+  }
+  const int32_t id = sampler.sample(session_.logits());
+  if (id == eos_) return {true, {}};
+  pending_ = id;
+  return {false, decoder_.push(id)};
+}
+
+std::string ModelGenerator::flush() { return decoder_.finish(); }
+
+int64_t ModelGenerator::remaining() const {
+  return session_.remaining() - (pending_ ? 1 : 0);
+}
+
+void ModelGenerator::invalidate() {
+  pending_.reset();
+  session_.reset();
+}
+
+ScriptedGenerator::ScriptedGenerator(std::vector<std::string> pieces, int64_t ctx, bool eos_at_end)
+    : pieces_(std::move(pieces)), ctx_(ctx), eos_at_end_(eos_at_end) {}
+
+int64_t ScriptedGenerator::prepare(std::span<const int32_t> prompt, const std::function<void()>& tick) {
+  if (tick) tick();
+  size_t common = 0;
+  while (common < live_.size() && common < prompt.size() && live_[common] == prompt[common]) ++common;
+  if (common == prompt.size() && common > 0) --common;
+  live_.assign(prompt.begin(), prompt.end());
+  used_ = static_cast<int64_t>(prompt.size());
+  at_ = 0;
+  return static_cast<int64_t>(common);
+}
+
+GenStep ScriptedGenerator::next(Sampler&) {
+  if (at_ >= pieces_.size()) return {eos_at_end_, {}};
+  ++used_;
+  return {false, pieces_[at_++]};
+}
+
+}  // namespace ds4::server

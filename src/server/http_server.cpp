@@ -1,0 +1,287 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace ds4::server {
+namespace {
+
+constexpr int64_t kModelCreated = 1767225600;
+constexpr int kKeepaliveMs = 5000;  // ": prefill" comment spacing while nothing else is sent
+
+const char* status_text(int status) {
+  switch (status) {
+    case 400: return "bad request";
+    case 401: return "invalid API key";
+    case 404: return "unknown endpoint";
+    case 405: return "method not allowed";
+    case 413: return "request body too large";
+    case 429: return "too many requests";
+    case 503: return "server shutting down";
+    default: return "request failed";
+  }
+}
+
+}  // namespace
+
+HttpServer::HttpServer(Core& core, ServerInfo info, HttpOptions options)
+    : core_(core), info_(std::move(info)), options_(std::move(options)),
+      http_(std::make_unique<httplib::Server>()) {
+  if (options_.host == "localhost") options_.host = "127.0.0.1";
+  const int threads = options_.threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http_->set_payload_max_length(options_.max_body_bytes);
+  // One request per connection, as ds4 does (product-surface §3.1: Connection: close).
+  http_->set_keep_alive_max_count(1);
+  http_->set_read_timeout(10, 0);
+  http_->set_write_timeout(10, 0);
+  install_routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::bind() {
+  if (options_.port == 0) {
+    port_ = http_->bind_to_any_port(options_.host);
+    if (port_ < 0) fail("cannot bind {}: no free port", options_.host);
+  } else {
+    if (!http_->bind_to_port(options_.host, options_.port))
+      fail("cannot bind {}:{} (address in use or not an IPv4 address)", options_.host, options_.port);
+    port_ = options_.port;
+  }
+}
+
+bool HttpServer::run() { return http_->listen_after_bind(); }
+
+void HttpServer::stop() {
+  if (http_) http_->stop();
+}
+
+void HttpServer::count_status(int status) {
+  std::lock_guard lock(mu_);
+  ++statuses_[status];
+}
+
+ojson HttpServer::model_object() const {
+  const int64_t max_completion = std::min(info_.default_max_tokens, info_.ctx);
+  return {{"id", info_.model_id},
+          {"object", "model"},
+          {"created", kModelCreated},
+          {"owned_by", "ds4.c"},
+          {"name", "DeepSeek V4 Flash"},
+          {"context_length", info_.ctx},
+          {"top_provider", {{"context_length", info_.ctx},
+                            {"max_completion_tokens", max_completion},
+                            {"is_moderated", false}}},
+          {"supported_parameters", {"tools", "tool_choice", "max_tokens", "temperature", "top_p",
+                                    "top_k", "min_p", "stop", "seed", "stream", "reasoning_effort"}}};
+}
+
+std::string HttpServer::metrics_text() const {
+  const CoreStats s = core_.stats();
+  std::ostringstream o;
+  auto metric = [&](const char* name, const char* type, const char* help, auto value) {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n'
+      << name << ' ' << value << '\n';
+  };
+  {
+    std::lock_guard lock(mu_);
+    o << "# HELP ds4_http_requests_total HTTP requests by endpoint\n"
+         "# TYPE ds4_http_requests_total counter\n";
+    for (const auto& [k, v] : requests_) o << "ds4_http_requests_total{endpoint=\"" << k << "\"} " << v << '\n';
+    o << "# HELP ds4_http_responses_total HTTP responses by status\n"
+         "# TYPE ds4_http_responses_total counter\n";
+    for (const auto& [k, v] : statuses_) o << "ds4_http_responses_total{status=\"" << k << "\"} " << v << '\n';
+  }
+  metric("ds4_generations_total", "counter", "Generation jobs run", s.jobs);
+  metric("ds4_generations_failed_total", "counter", "Generation jobs that ended with an error", s.jobs_failed);
+  metric("ds4_prompt_tokens_total", "counter", "Prompt tokens of all jobs", s.prompt_tokens);
+  metric("ds4_cached_tokens_total", "counter", "Prompt tokens reused from the live session", s.cached_tokens);
+  metric("ds4_completion_tokens_total", "counter", "Generated tokens", s.completion_tokens);
+  metric("ds4_cache_hits_total", "counter", "Jobs that reused a prompt prefix", s.cache_hits);
+  metric("ds4_prefill_seconds_total", "counter", "Seconds spent in prefill", s.prefill_seconds);
+  metric("ds4_decode_seconds_total", "counter", "Seconds spent generating", s.decode_seconds);
+  metric("ds4_prefill_tokens_per_second", "gauge", "Prefill speed of the last job", s.last_prefill_tps);
+  metric("ds4_decode_tokens_per_second", "gauge", "Generation speed of the last job", s.last_decode_tps);
+  metric("ds4_queue_depth", "gauge", "Jobs waiting for the worker", s.queued);
+  metric("ds4_busy", "gauge", "1 while a job runs", s.busy ? 1 : 0);
+  metric("ds4_streams_open", "gauge", "SSE responses in progress", streams_open_.load());
+  return o.str();
+}
+
+void HttpServer::install_routes() {
+  auto& h = *http_;
+  h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options_.cors) {
+      res.set_header("Access-Control-Allow-Origin", "*");
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Headers", "*");
+    }
+    if (req.method == "OPTIONS") {
+      res.status = 204;
+      count_status(204);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!options_.api_key.empty() && req.path != "/health") {
+      std::string given = req.get_header_value("x-api-key");
+      const std::string auth = req.get_header_value("Authorization");
+      if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
+      if (given != options_.api_key) {
+        ApiError e(401, "invalid API key");
+        const ojson body = req.path == "/v1/messages" ? anthropic_error_body(e) : openai_error_body(e);
+        res.status = 401;
+        res.set_content(dump_json(body), "application/json");
+        count_status(401);
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // Errors httplib raises itself (404 unknown path, 413 body too large, 400 bad HTTP).
+  h.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    ApiError e(res.status, status_text(res.status));
+    const ojson body = req.path == "/v1/messages" ? anthropic_error_body(e) : openai_error_body(e);
+    res.set_content(dump_json(body), "application/json");
+    count_status(res.status);
+  });
+
+  h.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const CoreStats s = core_.stats();
+    ojson body = {{"status", core_.shutting_down() ? "shutting_down" : "ok"},
+                  {"busy", s.busy}, {"queued", s.queued}};
+    res.status = core_.shutting_down() ? 503 : 200;
+    res.set_content(dump_json(body), "application/json");
+  });
+  h.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_text(), "text/plain; version=0.0.4");
+  });
+  h.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump_json({{"object", "list"}, {"data", ojson::array({model_object()})}}),
+                    "application/json");
+  });
+  h.Get(R"(/v1/models/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    if (id != info_.model_id && id != "deepseek-v4-pro") {
+      ApiError e(404, "model \"" + id + "\" not found", "model_not_found");
+      res.status = 404;
+      res.set_content(dump_json(openai_error_body(e)), "application/json");
+      return;
+    }
+    res.set_content(dump_json(model_object()), "application/json");
+  });
+
+  auto generation = [this](Api api, const char* name) {
+    return [this, api, name](const httplib::Request& req, httplib::Response& res) {
+      {
+        std::lock_guard lock(mu_);
+        ++requests_[name];
+      }
+      // httplib enforces the limit on Content-Length bodies (413 before this handler) but not on
+      // chunked uploads, which it buffers whole: refuse those here.
+      if (req.body.size() > options_.max_body_bytes) {
+        ApiError e(413, "request body too large (limit " + std::to_string(options_.max_body_bytes) + " bytes)");
+        res.status = 413;
+        res.set_content(dump_json(error_body_for(api, e)), "application/json");
+        count_status(413);
+        return;
+      }
+      const std::string& raw = req.body;
+      std::unique_ptr<Adapter> adapter;
+      std::shared_ptr<Job> job;
+      try {
+        const ojson body = parse_json_body(raw);
+        adapter = make_adapter(api, body, info_);
+        job = core_.submit(adapter->request());
+      } catch (const ApiError& e) {
+        res.status = e.status;
+        res.set_content(dump_json(error_body_for(api, e)), "application/json");
+        count_status(e.status);
+        return;
+      }
+      if (!adapter->stream()) {
+        const GenResult& r = job->wait();
+        if (r.failed_early) {
+          ApiError e(r.error_status == 499 ? 500 : r.error_status, r.error);
+          res.status = e.status;
+          res.set_content(dump_json(adapter->error_body(e)), "application/json");
+        } else {
+          res.set_content(dump_json(adapter->response(r)), "application/json");
+        }
+        count_status(res.status);
+        return;
+      }
+      res.set_header("Cache-Control", "no-cache");
+      count_status(200);
+      std::shared_ptr<Adapter> shared(std::move(adapter));
+      ++streams_open_;
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [this, job, shared](size_t, httplib::DataSink& sink) {
+            auto last_write = std::chrono::steady_clock::now();
+            auto write = [&](const std::string& s) {
+              if (s.empty()) return true;
+              if (!sink.write(s.data(), s.size())) {
+                job->cancel();
+                return false;
+              }
+              last_write = std::chrono::steady_clock::now();
+              return true;
+            };
+            // A comment line when nothing was sent for a while (queue, prefill, or events this
+            // API does not show, such as hidden reasoning): keeps proxies and clients patient and
+            // notices a client that went away.
+            auto keepalive = [&](const char* what) {
+              if (std::chrono::steady_clock::now() - last_write < std::chrono::milliseconds(kKeepaliveMs))
+                return true;
+              return write(std::string(": ") + what + "\n\n");
+            };
+            // Headers are out; keep the connection alive (and notice a client that left) while
+            // the job waits in the queue and prefills.
+            Usage usage;
+            bool prepared = false;
+            for (;;) {
+              if (job->wait_prepared(usage, kKeepaliveMs)) {
+                prepared = true;
+                break;
+              }
+              if (job->done()) break;  // failed before the prefill finished
+              if (!keepalive("prefill")) return false;
+            }
+            if (prepared && !write(shared->stream_begin(usage))) return false;
+            std::vector<GenEvent> events;
+            for (;;) {
+              events.clear();
+              const bool finished = job->wait_events(events, kKeepaliveMs);
+              for (const auto& e : events)
+                if (!write(shared->stream_event(e))) return false;
+              if (!finished && !keepalive("keepalive")) return false;
+              if (finished) break;
+            }
+            const GenResult& r = job->wait();
+            if (r.failed_early) {
+              if (!write(shared->stream_error(r.error))) return false;
+            } else if (!write(shared->stream_end(r))) {
+              return false;
+            }
+            sink.done();
+            return true;
+          },
+          [this, job](bool) {
+            job->cancel();  // no-op when finished; stops the worker when the client went away
+            --streams_open_;
+          });
+    };
+  };
+  h.Post("/v1/chat/completions", generation(Api::chat, "chat_completions"));
+  h.Post("/v1/completions", generation(Api::completions, "completions"));
+  h.Post("/v1/responses", generation(Api::responses, "responses"));
+  h.Post("/v1/messages", generation(Api::anthropic, "messages"));
+}
+
+}  // namespace ds4::server
