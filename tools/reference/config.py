@@ -174,14 +174,16 @@ class Config:
     def has_indexer(self, il):
         return self.compress_ratios[il] == 4
 
-    def rope(self, il):
+    def rope(self, il, f32_angles=False):
         """RopeParams of layer il (spec §3.4.3): ratio-0 layers use rope.freq_base without
-        YaRN; compressed layers use compress_rope_freq_base with the YaRN blend."""
+        YaRN; compressed layers use compress_rope_freq_base with the YaRN blend.
+        f32_angles: see RopeParams."""
         if self.compress_ratios[il] == 0:
-            return RopeParams(self.n_rot, self.rope_base)
+            return RopeParams(self.n_rot, self.rope_base, f32_angles=f32_angles)
         low, high = yarn_corr_dims(self.n_rot, self.compress_rope_base, self.rope_orig_ctx,
                                    self.yarn_beta_fast, self.yarn_beta_slow)
-        return RopeParams(self.n_rot, self.compress_rope_base, (1.0 / self.rope_scale, low, high))
+        return RopeParams(self.n_rot, self.compress_rope_base, (1.0 / self.rope_scale, low, high),
+                          f32_angles=f32_angles)
 
     @property
     def attn_scale(self):

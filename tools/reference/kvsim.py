@@ -103,13 +103,21 @@ def fp4_e2m1_block(v):
     return q * scale
 
 
+def fp4_blocks(y):
+    """FP4 simulation of the last axis in blocks of 32 (its length must be a multiple of 32):
+    the rounding step of indexer_qat, applied after the Hadamard transform."""
+    n = y.shape[-1]
+    if n % FP4_BLOCK:
+        raise ValueError("indexer row length %d is not a multiple of 32" % n)
+    return _blockwise(y, n, FP4_BLOCK, fp4_e2m1_block)
+
+
 def indexer_qat(x):
     """Indexer quantization-aware transform (spec §3.4.7 step 3): Hadamard over the whole
     last axis, then FP4 simulation in blocks of 32 (last axis must be a multiple of 32)."""
-    n = x.shape[-1]
-    if n % FP4_BLOCK:
-        raise ValueError("indexer row length %d is not a multiple of 32" % n)
-    return _blockwise(hadamard(x), n, FP4_BLOCK, fp4_e2m1_block)
+    if x.shape[-1] % FP4_BLOCK:
+        raise ValueError("indexer row length %d is not a multiple of 32" % x.shape[-1])
+    return fp4_blocks(hadamard(x))
 
 
 def round_f16(x):

@@ -167,13 +167,17 @@ class Session:
     Q8_0 weights and Q8_K in front of routed-expert K/IQ weights (spec §3.1); float weights
     never quantize activations. kv_f16: "cpu" rounds raw and compressed cache rows to f16
     (CPU reference, §7.2), "gpu" only raw rows, "none" keeps float64. record: keep per-token
-    intermediates in `self.trace` (list of dicts, one per processed token).
+    intermediates in `self.trace` (list of dicts, one per processed token). rope_f32: RoPE
+    angles, cos and sin computed in f32 exactly as the CPU reference does (spec §3.4.3; see
+    ops.RopeParams) instead of float64. guide: optional guide.Guide holding another
+    implementation's trace; its near-tie roundings and selections are adopted (parity runs).
 
     decode(token) -> float64 logits [n_vocab]; prefill(tokens) -> [n, n_vocab].
     ValueError for token ids outside the vocabulary; GGUFError for hash-routing tables with
     expert ids out of range."""
 
-    def __init__(self, model, simulate_activation_quant=False, kv_f16="cpu", record=False):
+    def __init__(self, model, simulate_activation_quant=False, kv_f16="cpu", record=False,
+                 rope_f32=False, guide=None):
         if kv_f16 not in ("cpu", "gpu", "none"):
             raise ValueError("kv_f16 must be 'cpu', 'gpu' or 'none', got %r" % (kv_f16,))
         self.m = model
@@ -183,6 +187,9 @@ class Session:
         self.round_raw = kv_f16 in ("cpu", "gpu")
         self.round_comp = kv_f16 == "cpu"
         self.record = record
+        self.ropes = (model.ropes if not rope_f32 else
+                      [self.cfg.rope(il, f32_angles=True) for il in range(self.cfg.n_layer)])
+        self.guide = guide
         self.trace = []
         self.tokens = []
         self.pos = 0
@@ -191,13 +198,33 @@ class Session:
 
     # -- helpers ----------------------------------------------------------------------
     def _put(self, key, value):
+        """Records an intermediate; returns the value the pass continues with: `value`, or
+        with a forcing guide (guide.Guide(force=True)) the other implementation's one."""
         if self._rec is not None:
             self._rec[key] = np.array(value, copy=True)
+        if self.guide is not None and self.guide.force:
+            return self.guide.forced(self.pos, key, value)
+        return value
 
     def _act(self, type_name, x):
         if self.simulate and type_name in ACTIVATION_QUANT_FOR_TYPE:
             return ACTIVATION_QUANT_FOR_TYPE[type_name](x)
         return x
+
+    def _quant(self, name, y, fn):
+        """fn(y): a rounding step (FP8/FP4/f16) of the pre-rounding vector y; with a guide,
+        another implementation's near-tie result may be taken instead."""
+        v = fn(y)
+        if self.guide is not None:
+            v = self.guide.quantized(self.pos, name, y, fn, v)
+        return v
+
+    def _select(self, name, score, chosen):
+        """A top-k selection `chosen` of `score`; with a guide, another implementation's
+        near-tie selection may be taken instead."""
+        if self.guide is not None:
+            return self.guide.selection(self.pos, name, score, chosen)
+        return chosen
 
     def mv(self, name, x):
         """y = W x for a 2-D weight `name` (GGUF [in, out]), with the activation simulation
@@ -225,7 +252,7 @@ class Session:
         for il in range(cfg.n_layer):
             X = self._layer(il, X, token, pos)
         logits = self._output_head(X)
-        self._put("logits", logits)
+        self._put("logits", logits)     # the logits themselves are never forced
         if self._rec is not None:
             self.trace.append(self._rec)
         self._rec = None
@@ -234,54 +261,52 @@ class Session:
         return logits
 
     # -- hyper-connections (§3.3) -----------------------------------------------------
-    def _hc_pre(self, X, b, kind):
+    def _hc_pre(self, X, b, kind, p):
+        """HC pre (§3.3 steps 1-5): returns (x = pre @ X, post, comb), recording
+        pre/post/comb as `{p}hc_{kind}.*`."""
         cfg = self.cfg
         fn = rms_norm(X.reshape(-1), cfg.rms_eps)
         mix = self.mv(b + "hc_%s_fn.weight" % kind, fn)
         pre, post, comb = hc_split(mix, self.vec(b + "hc_%s_scale.weight" % kind),
                                    self.vec(b + "hc_%s_base.weight" % kind),
                                    cfg.n_hc, cfg.hc_iters, cfg.hc_eps)
-        return pre @ X, pre, post, comb
+        pre = self._put(p + "hc_%s.pre" % kind, pre)
+        post = self._put(p + "hc_%s.post" % kind, post)
+        comb = self._put(p + "hc_%s.comb" % kind, comb)
+        return pre @ X, post, comb
 
     def _layer(self, il, X, token, pos):
         b = "blk.%d." % il
         p = "l%d." % il
-        x_a, pre, post, comb = self._hc_pre(X, b, "attn")
-        self._put(p + "hc_attn.pre", pre)
-        self._put(p + "hc_attn.post", post)
-        self._put(p + "hc_attn.comb", comb)
+        x_a, post, comb = self._hc_pre(X, b, "attn", p)
         y_a = self._attention(il, x_a, pos)
         X1 = hc_post(y_a, X, post, comb)
-        x_f, pre, post, comb = self._hc_pre(X1, b, "ffn")
-        self._put(p + "hc_ffn.pre", pre)
-        self._put(p + "hc_ffn.post", post)
-        self._put(p + "hc_ffn.comb", comb)
+        x_f, post, comb = self._hc_pre(X1, b, "ffn", p)
         y_f = self._ffn(il, x_f, token)
         X2 = hc_post(y_f, X1, post, comb)
-        self._put(p + "state", X2)
-        return X2
+        return self._put(p + "state", X2)
 
     # -- attention (§3.4) -------------------------------------------------------------
     def _attention(self, il, x_a, pos):
         cfg, b, p = self.cfg, "blk.%d." % il, "l%d." % il
-        rope = self.m.ropes[il]
+        rope = self.ropes[il]
         st = self.layers[il]
-        h = rms_norm(x_a, cfg.rms_eps, self.vec(b + "attn_norm.weight"))
-        self._put(p + "attn.h", h)
+        h = self._put(p + "attn.h", rms_norm(x_a, cfg.rms_eps, self.vec(b + "attn_norm.weight")))
 
         # Query path (§3.4.1).
         qr_n = rms_norm(self.mv(b + "attn_q_a.weight", h), cfg.rms_eps, self.vec(b + "attn_q_a_norm.weight"))
+        qr_n = self._put(p + "attn.qr", qr_n)
         q = self.mv(b + "attn_q_b.weight", qr_n).reshape(cfg.n_head, cfg.head_dim)
-        q = rope_tail(rms_norm(q, cfg.rms_eps), pos, rope)
-        self._put(p + "attn.qr", qr_n)
-        self._put(p + "attn.q", q)
+        q = self._put(p + "attn.q", rope_tail(rms_norm(q, cfg.rms_eps), pos, rope))
 
         # KV path (§3.4.2): norm, RoPE, FP8, f16 storage, raw window push.
         kv = rms_norm(self.mv(b + "attn_kv.weight", h), cfg.rms_eps, self.vec(b + "attn_kv_a_norm.weight"))
-        kv = kvsim.fp8_kv_simulate(rope_tail(kv, pos, rope), cfg.n_nope)
-        if self.round_raw:
-            kv = kvsim.round_f16(kv)
-        self._put(p + "attn.kv", kv)
+
+        def kv_round(y):
+            y = kvsim.fp8_kv_simulate(y, cfg.n_nope)
+            return kvsim.round_f16(y) if self.round_raw else y
+        kv = self._quant(p + "attn.kv", rope_tail(kv, pos, rope), kv_round)
+        kv = self._put(p + "attn.kv", kv)
         st.raw.append((pos, kv))
         if len(st.raw) > cfg.n_swa:
             st.raw.pop(0)
@@ -290,34 +315,31 @@ class Session:
         R = cfg.ratio(il)
         comp_rows = None
         if R:
-            row = self._compress(b + "attn_compressor", st.comp_state, h, pos, rope, "attn")
+            row = self._compress(b + "attn_compressor", st.comp_state, h, pos, rope, "attn",
+                                 p + "attn.comp_row")
             if row is not None:
-                st.comp.append(row)
-                self._put(p + "attn.comp_row", row)
+                st.comp.append(self._put(p + "attn.comp_row", row))
             if R == 4:
-                irow = self._compress(b + "indexer_compressor", st.idx_state, h, pos, rope, "index")
+                irow = self._compress(b + "indexer_compressor", st.idx_state, h, pos, rope, "index",
+                                      p + "idx.comp_row")
                 if irow is not None:
-                    st.idx.append(irow)
-                    self._put(p + "idx.comp_row", irow)
+                    st.idx.append(self._put(p + "idx.comp_row", irow))
             comp_rows = st.comp.view()
             n_comp = comp_rows.shape[0]
             self._put(p + "attn.n_comp", n_comp)
             if R == 4 and n_comp > cfg.idx_top_k:
-                sel = self._indexer_select(il, qr_n, h, pos, st.idx.view())
-                self._put(p + "idx.selected", sel)
+                sel = self._put(p + "idx.selected", self._indexer_select(il, qr_n, h, pos, st.idx.view()))
+                sel = np.asarray(sel, dtype=np.int64)
                 comp_rows = comp_rows[sel]
 
         keys = np.stack([r for _, r in st.raw])
         if comp_rows is not None and comp_rows.shape[0]:
             keys = np.concatenate([keys, comp_rows])
         o = self._sink_attention(q, keys, self.vec(b + "attn_sinks.weight"))
-        o = rope_tail(o, pos, rope, inverse=True)
-        self._put(p + "attn.o", o)
-        y = self._grouped_out(b, o)
-        self._put(p + "attn.y", y)
-        return y
+        o = self._put(p + "attn.o", rope_tail(o, pos, rope, inverse=True))
+        return self._put(p + "attn.y", self._grouped_out(b, p, o))
 
-    def _compress(self, prefix, state, h, pos, rope, kind):
+    def _compress(self, prefix, state, h, pos, rope, kind, trace_name):
         """One compressor step; returns the finished cache row or None (§3.4.5)."""
         k = self.mv(prefix + "_kv.weight", h)
         s = self.mv(prefix + "_gate.weight", h) + self.vec(prefix + "_ape.weight")[pos % state.R]
@@ -327,23 +349,25 @@ class Session:
         row = rms_norm(pool, self.cfg.rms_eps, self.vec(prefix + "_norm.weight"))
         row = rope_tail(row, pos + 1 - state.R, rope)
         if kind == "attn":
-            row = kvsim.fp8_kv_simulate(row, self.cfg.n_nope)
+            rnd = lambda y: kvsim.fp8_kv_simulate(y, self.cfg.n_nope)
         else:
-            row = kvsim.indexer_qat(row)
-        return kvsim.round_f16(row) if self.round_comp else row
+            row, rnd = kvsim.hadamard(row), kvsim.fp4_blocks    # indexer_qat in two steps
+        if self.round_comp:
+            return self._quant(trace_name, row, lambda y: kvsim.round_f16(rnd(y)))
+        return self._quant(trace_name, row, rnd)
 
     def _indexer_select(self, il, qr_n, h, pos, idx_rows):
         """Top-k compressed rows by indexer score (§3.4.7); ties prefer lower rows.
         Returns the selected row indices in ascending order."""
         cfg, b, p = self.cfg, "blk.%d." % il, "l%d." % il
         qi = self.mv(b + "indexer.attn_q_b.weight", qr_n).reshape(cfg.n_idx_head, cfg.idx_head_dim)
-        qi = kvsim.indexer_qat(rope_tail(qi, pos, self.m.ropes[il]))
+        qi = self._quant(p + "idx.q", kvsim.hadamard(rope_tail(qi, pos, self.ropes[il])),
+                         kvsim.fp4_blocks)              # indexer_qat in two steps
+        qi = self._put(p + "idx.q", qi)
         w = self.mv(b + "indexer.proj.weight", h) * cfg.idx_scale
-        scores = w @ np.maximum(qi @ idx_rows.T, 0.0)
-        self._put(p + "idx.q", qi)
-        self._put(p + "idx.scores", scores)
+        scores = self._put(p + "idx.scores", w @ np.maximum(qi @ idx_rows.T, 0.0))
         order = np.argsort(-scores, kind="stable")[:cfg.idx_top_k]
-        return np.sort(order)
+        return np.sort(self._select(p + "idx.selected", scores, np.sort(order)))
 
     def _sink_attention(self, q, keys, sinks):
         """Per-head softmax over keys with a per-head sink logit (§3.4.8); K = V."""
@@ -353,8 +377,9 @@ class Session:
         den = np.exp(sinks - m) + e.sum(axis=1)
         return (e @ keys) / den[:, None]
 
-    def _grouped_out(self, b, o):
-        """Grouped low-rank output projection (§3.4.9)."""
+    def _grouped_out(self, b, p, o):
+        """Grouped low-rank output projection (§3.4.9); records the low-rank vector as
+        `{p}attn.low`."""
         cfg = self.cfg
         name_a = b + "attn_output_a.weight"
         wa = self.w.mat(name_a)
@@ -364,14 +389,14 @@ class Session:
         for g in range(cfg.n_out_group):
             gin = o[g * hg:(g + 1) * hg].reshape(-1)
             lows.append(wa[g * cfg.o_lora:(g + 1) * cfg.o_lora] @ self._act(ta, gin))
-        return self.mv(b + "attn_output_b.weight", np.concatenate(lows))
+        low = self._put(p + "attn.low", np.concatenate(lows))
+        return self.mv(b + "attn_output_b.weight", low)
 
     # -- FFN (§3.5) -------------------------------------------------------------------
     def _ffn(self, il, x_f, token):
         cfg, b, p = self.cfg, "blk.%d." % il, "l%d." % il
-        h = rms_norm(x_f, cfg.rms_eps, self.vec(b + "ffn_norm.weight"))
-        self._put(p + "ffn.h", h)
-        probs = np.sqrt(softplus(self.mv(b + "ffn_gate_inp.weight", h)))
+        h = self._put(p + "ffn.h", rms_norm(x_f, cfg.rms_eps, self.vec(b + "ffn_norm.weight")))
+        probs = self._put(p + "router.probs", np.sqrt(softplus(self.mv(b + "ffn_gate_inp.weight", h))))
         if il < cfg.n_hash_layer:
             table = self.w.ints(b + "ffn_gate_tid2eid.weight")     # [vocab, n_used]
             sel = table[token]
@@ -383,43 +408,39 @@ class Session:
             if self.w.has(b + "exp_probs_b.bias"):
                 score = score + self.vec(b + "exp_probs_b.bias")
             sel = np.argsort(-score, kind="stable")[:cfg.n_expert_used]
+            sel = self._select(p + "router.experts", score, sel)
+        sel = np.asarray(self._put(p + "router.experts", sel), dtype=np.int64)
         wsel = probs[sel]
         if cfg.expert_weights_norm:
             wsel = wsel / max(wsel.sum(), ROUTER_WEIGHT_FLOOR)
-        wsel = wsel * cfg.expert_weight_scale
-        self._put(p + "router.probs", probs)
-        self._put(p + "router.experts", sel)
-        self._put(p + "router.weights", wsel)
+        wsel = self._put(p + "router.weights", wsel * cfg.expert_weight_scale)
 
         clamp = cfg.swiglu_clamp[il]
         gname, uname, dname = (b + "ffn_gate_exps.weight", b + "ffn_up_exps.weight", b + "ffn_down_exps.weight")
         hq = self._act(self.w.type_name(gname), h)
         tdown = self.w.type_name(dname)
-        outs = []
+        mids = []
         for e, we in zip(sel.tolist(), wsel.tolist()):
             g = np.minimum(self.w.expert(gname, e) @ hq, clamp)
             u = np.clip(self.w.expert(uname, e) @ hq, -clamp, clamp)
-            mid = silu(g) * u * we
-            outs.append(self.w.expert(dname, e) @ self._act(tdown, mid))
-        outs = np.stack(outs)
-        moe = outs.sum(axis=0)
-        self._put(p + "ffn.expert_out", outs)
-        y = moe
+            mids.append(silu(g) * u * we)
+        mids = self._put(p + "ffn.expert_mid", np.stack(mids))
+        outs = np.stack([self.w.expert(dname, e) @ self._act(tdown, mid)
+                         for e, mid in zip(sel.tolist(), mids)])
+        outs = self._put(p + "ffn.expert_out", outs)
+        y = outs.sum(axis=0)
         if cfg.n_expert_shared:
             g = np.minimum(self.mv(b + "ffn_gate_shexp.weight", h), clamp)
             u = np.clip(self.mv(b + "ffn_up_shexp.weight", h), -clamp, clamp)
-            sh = self.mv(b + "ffn_down_shexp.weight", silu(g) * u)
-            self._put(p + "ffn.shared_out", sh)
-            y = y + sh
-        self._put(p + "ffn.y", y)
-        return y
+            mid = self._put(p + "ffn.shared_mid", silu(g) * u)
+            y = y + self._put(p + "ffn.shared_out", self.mv(b + "ffn_down_shexp.weight", mid))
+        return self._put(p + "ffn.y", y)
 
     # -- output head (§3.6) -----------------------------------------------------------
     def _output_head(self, X):
         cfg = self.cfg
         pre = self.mv("output_hc_fn.weight", rms_norm(X.reshape(-1), cfg.rms_eps))
         wts = sigmoid(pre * self.vec("output_hc_scale.weight")[0] + self.vec("output_hc_base.weight")) + cfg.hc_eps
-        z = rms_norm(wts @ X, cfg.rms_eps, self.vec("output_norm.weight"))
-        self._put("out.hc_weights", wts)
-        self._put("out.z", z)
+        wts = self._put("out.hc_weights", wts)
+        z = self._put("out.z", rms_norm(wts @ X, cfg.rms_eps, self.vec("output_norm.weight")))
         return self.mv("output.weight", z)

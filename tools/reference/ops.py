@@ -78,12 +78,19 @@ class RopeParams:
     """Tail-RoPE parameters of one layer.
 
     n_rot: rotated dims (even); base: frequency base; yarn: None (plain RoPE) or
-    (freq_scale, low, high) for the YaRN frequency blend; no magnitude scaling."""
+    (freq_scale, low, high) for the YaRN frequency blend; no magnitude scaling.
+    f32_angles: False computes theta = pos * base^(-2k/n_rot) (blended) in float64; True
+    follows the CPU reference of spec §3.4.3 bit for bit: theta_ext(0) = f32(pos),
+    theta_ext(k+1) = theta_ext(k) * f32(base^(-2/n_rot)), the YaRN blend in f32, and cos/sin of
+    the f32 angle rounded to f32 (ds4's cosf/sinf are within one f32 ulp of that). At
+    position p the two differ by about p * 1e-7 radians: enough to flip FP4/FP8/f16
+    roundings of rotated values late in a long prompt, so parity runs use True."""
 
-    def __init__(self, n_rot, base, yarn=None):
+    def __init__(self, n_rot, base, yarn=None, f32_angles=False):
         self.n_rot = n_rot
         self.base = base
         self.yarn = yarn
+        self.f32_angles = f32_angles
         k = np.arange(n_rot // 2, dtype=np.float64)
         self.inv_freq = base ** (-2.0 * k / n_rot)
         if yarn is not None:
@@ -93,7 +100,34 @@ class RopeParams:
             self.inv_freq = self.inv_freq * (freq_scale * (1.0 - ramp) + ramp)
 
     def angles(self, pos):
-        return float(pos) * self.inv_freq
+        """theta_k(pos) for k < n_rot/2 (float64 values; f32 values in f32_angles mode)."""
+        if not self.f32_angles:
+            return float(pos) * self.inv_freq
+        f = np.float32
+        scale = f(np.float64(f(self.base)) ** np.float64(f(-2.0) / f(self.n_rot)))
+        if self.yarn is not None:
+            freq_scale, low, high = (f(v) for v in self.yarn)
+            den = max(f(0.001), f(high - low))
+        else:
+            freq_scale = f(1.0)
+        out = np.empty(self.n_rot // 2)
+        theta_ext = f(pos)
+        for k in range(self.n_rot // 2):
+            theta = f(freq_scale * theta_ext)
+            if self.yarn is not None:
+                ramp = f(1.0) - min(f(1.0), max(f(0.0), f((f(k) - low) / den)))
+                theta = f(theta * f(f(1.0) - ramp)) + f(theta_ext * ramp)
+            out[k] = theta
+            theta_ext = f(theta_ext * scale)
+        return out
+
+    def cos_sin(self, pos):
+        """(cos, sin) of angles(pos); rounded to f32 in f32_angles mode."""
+        th = self.angles(pos)
+        c, s = np.cos(th), np.sin(th)
+        if self.f32_angles:
+            c, s = c.astype(np.float32).astype(np.float64), s.astype(np.float32).astype(np.float64)
+        return c, s
 
     def __repr__(self):
         return "RopeParams(n_rot=%d, base=%g, yarn=%r)" % (self.n_rot, self.base, self.yarn)
@@ -113,8 +147,7 @@ def rope_tail(x, pos, rope, inverse=False):
     pos*inv_freq[k]; inverse=True rotates by the negative angle (spec §3.4.3)."""
     x = np.array(x, dtype=np.float64, copy=True)
     n = rope.n_rot
-    th = rope.angles(pos)
-    c, s = np.cos(th), np.sin(th)
+    c, s = rope.cos_sin(pos)
     if inverse:
         s = -s
     t = x[..., x.shape[-1] - n:]

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <numeric>
+
+#include <fmt/format.h>
 
 #include "common/error.h"
 #include "common/f16.h"
@@ -75,6 +79,29 @@ void Forward::resize(int64_t n) {
   cap_ = n;
 }
 
+namespace {
+
+std::string trace_name(int il, const char* what) {
+  return il < 0 ? std::string(what) : fmt::format("l{}.{}", il, what);
+}
+
+size_t shape_count(std::initializer_list<int64_t> shape) {
+  return static_cast<size_t>(
+      std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>()));
+}
+
+}  // namespace
+
+void Forward::emit_f32(int64_t pos, int il, const char* what, const float* v,
+                       std::initializer_list<int64_t> shape) {
+  trace_->f32(pos, trace_name(il, what), {v, shape_count(shape)}, std::vector<int64_t>(shape));
+}
+
+void Forward::emit_i32(int64_t pos, int il, const char* what, const int32_t* v,
+                       std::initializer_list<int64_t> shape) {
+  trace_->i32(pos, trace_name(il, what), {v, shape_count(shape)}, std::vector<int64_t>(shape));
+}
+
 uint64_t Forward::decode_weight_bytes() const {
   // Everything but the embedding table and the unused routed experts.
   uint64_t bytes = w_.output.row_bytes * w_.output.rows + w_.output_hc_fn.row_bytes * w_.output_hc_fn.rows;
@@ -129,13 +156,21 @@ void Forward::eval(std::span<const int32_t> tokens, int64_t pos0, model::KvState
 
   for (uint32_t il = 0; il < c_.n_layer; ++il) {
     attention_layer(il, tokens, pos0, kv.layers()[il], kv.raw_cap());
-    ffn_layer(il, tokens);
+    ffn_layer(il, tokens, pos0);
   }
 
   const size_t V = c_.n_vocab;
   if (!all_logits.empty()) {
     if (all_logits.size() < static_cast<size_t>(n) * V) fail("all_logits buffer too small");
-    for (int64_t t = 0; t < n; ++t) output_head(t, &all_logits[t * V]);
+    for (int64_t t = 0; t < n; ++t) {
+      output_head(t, &all_logits[t * V]);
+      if (trace_) {
+        const auto nhi = static_cast<int64_t>(nh);
+        trace_f32(pos0 + t, -1, "out.hc_weights", head_w_.data(), {nhi});
+        trace_f32(pos0 + t, -1, "out.z", head_z_.data(), {static_cast<int64_t>(D)});
+        trace_f32(pos0 + t, -1, "logits", &all_logits[t * V], {static_cast<int64_t>(V)});
+      }
+    }
     if (!last_logits.empty())
       std::copy_n(&all_logits[(n - 1) * V], V, last_logits.begin());
   } else if (!last_logits.empty()) {
@@ -155,6 +190,17 @@ void Forward::attention_layer(uint32_t il, std::span<const int32_t> tokens, int6
   hc_pre(L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, n);
   for (int64_t t = 0; t < n; ++t)
     model::rms_norm({&sub_in_[t * D], D}, L.attn_norm, {&h_[t * D], D}, c_.rms_eps);
+  const int ilt = static_cast<int>(il);
+  const auto nhi = static_cast<int64_t>(nh), Di = static_cast<int64_t>(D);
+  const auto HDi = static_cast<int64_t>(HD), NHi = static_cast<int64_t>(c_.n_head);
+  if (trace_) {
+    for (int64_t t = 0; t < n; ++t) {
+      trace_f32(pos0 + t, ilt, "hc_attn.pre", &pre_[t * nh], {nhi});
+      trace_f32(pos0 + t, ilt, "hc_attn.post", &post_[t * nh], {nhi});
+      trace_f32(pos0 + t, ilt, "hc_attn.comb", &comb_[t * nh * nh], {nhi, nhi});
+      trace_f32(pos0 + t, ilt, "attn.h", &h_[t * D], {Di});
+    }
+  }
 
   // Query path (spec §3.4.1): LoRA down, RMSNorm, up, per-head RMSNorm, tail RoPE.
   matmul(L.attn_q_a, h_.data(), D, n, qr_.data(), QL, act_, threads_);
@@ -167,6 +213,8 @@ void Forward::attention_layer(uint32_t il, std::span<const int32_t> tokens, int6
     std::span<float> q{&q_[t * QD], QD};
     model::rms_norm_heads(q, HD, c_.rms_eps);
     model::rope_tail(q, HD, rope, static_cast<uint32_t>(pos0 + t), false);
+    trace_f32(pos0 + t, ilt, "attn.qr", &qr_[t * QL], {static_cast<int64_t>(QL)});
+    trace_f32(pos0 + t, ilt, "attn.q", q.data(), {NHi, HDi});
   }
   // KV path (spec §3.4.2): one shared row, RMSNorm, RoPE, FP8 on the non-RoPE dims.
   matmul(L.attn_kv, h_.data(), D, n, kv_row_.data(), HD, act_, threads_);
@@ -176,6 +224,7 @@ void Forward::attention_layer(uint32_t il, std::span<const int32_t> tokens, int6
     model::rope_tail(r, HD, rope, static_cast<uint32_t>(pos0 + t), false);
     model::fp8_kv_round_trip(r.first(c_.nope_dim()));
     round_to_f16(r);
+    trace_f32(pos0 + t, ilt, "attn.kv", r.data(), {HDi});
   }
   // Compressor and indexer projections (spec §3.4.5, §3.4.7).
   const size_t CW = ratio ? c_.compressor_width(il) : 0;
@@ -204,6 +253,7 @@ void Forward::attention_layer(uint32_t il, std::span<const int32_t> tokens, int6
       model::compressor_add_ape(s, L.comp_ape, ratio, pu);
       if (kv.comp_state->push({&ck_[t * CW], CW}, s, pu, L.comp_norm, {row_.data(), HD})) {
         round_to_f16({row_.data(), HD});
+        trace_f32(p, ilt, "attn.comp_row", row_.data(), {HDi});
         kv.comp.insert(kv.comp.end(), row_.begin(), row_.begin() + static_cast<ptrdiff_t>(HD));
       }
     }
@@ -212,6 +262,7 @@ void Forward::attention_layer(uint32_t il, std::span<const int32_t> tokens, int6
       model::compressor_add_ape(s, L.idx_comp_ape, ratio, pu);
       if (kv.index_state->push({&ik_[t * IW], IW}, s, pu, L.idx_comp_norm, {irow_.data(), ID})) {
         round_to_f16({irow_.data(), ID});
+        trace_f32(p, ilt, "idx.comp_row", irow_.data(), {static_cast<int64_t>(ID)});
         kv.index.insert(kv.index.end(), irow_.begin(), irow_.begin() + static_cast<ptrdiff_t>(ID));
       }
     }
@@ -220,6 +271,10 @@ void Forward::attention_layer(uint32_t il, std::span<const int32_t> tokens, int6
     const int64_t lo = std::max<int64_t>(0, p - static_cast<int64_t>(c_.n_swa) + 1);
     for (int64_t q = lo; q <= p; ++q) rows_.push_back(&kv.raw[static_cast<size_t>(q % raw_cap) * HD]);
     const size_t n_comp = kv.comp.size() / HD;
+    if (trace_ && ratio) {
+      const auto nc = static_cast<int32_t>(n_comp);
+      trace_i32(p, ilt, "attn.n_comp", &nc, {});
+    }
     if (ratio == 4 && n_comp > c_.indexer_top_k) {
       std::span<float> iq{&iq_[t * IQ], IQ};
       model::indexer_prepare_query(iq, ID, rope, pu);
@@ -229,6 +284,13 @@ void Forward::attention_layer(uint32_t il, std::span<const int32_t> tokens, int6
                             {scores_.data(), n_comp});
       const size_t k = model::indexer_select_top_k({scores_.data(), n_comp}, c_.indexer_top_k,
                                                    {selected_.data(), n_comp});
+      if (trace_) {
+        trace_f32(p, ilt, "idx.q", iq.data(),
+                  {static_cast<int64_t>(IH), static_cast<int64_t>(ID)});
+        trace_f32(p, ilt, "idx.scores", scores_.data(), {static_cast<int64_t>(n_comp)});
+        trace_ints_.assign(selected_.begin(), selected_.begin() + static_cast<ptrdiff_t>(k));
+        trace_i32(p, ilt, "idx.selected", trace_ints_.data(), {static_cast<int64_t>(k)});
+      }
       for (size_t i = 0; i < k; ++i) rows_.push_back(&kv.comp[selected_[i] * HD]);
     } else {
       for (size_t i = 0; i < n_comp; ++i) rows_.push_back(&kv.comp[i * HD]);
@@ -238,6 +300,7 @@ void Forward::attention_layer(uint32_t il, std::span<const int32_t> tokens, int6
     model::sink_attention({&q_[t * QD], QD}, L.attn_sinks, rows_, out,
                           {scores_.data(), rows_.size()});
     model::rope_tail(out, HD, rope, pu, true);  // inverse RoPE with the query position (§3.4.9)
+    trace_f32(p, ilt, "attn.o", out.data(), {NHi, HDi});
   }
 
   // Grouped low-rank output projection (spec §3.4.9): group g reads heads [g*hpg, (g+1)*hpg).
@@ -246,6 +309,12 @@ void Forward::attention_layer(uint32_t il, std::span<const int32_t> tokens, int6
     matmul(L.attn_output_a, static_cast<int64_t>(g * OL), static_cast<int64_t>(OL), &attn_[g * GI],
            QD, n, &low_[g * OL], LOW, act_, threads_);
   matmul(L.attn_output_b, low_.data(), LOW, n, y_.data(), D, act_, threads_);
+  if (trace_) {
+    for (int64_t t = 0; t < n; ++t) {
+      trace_f32(pos0 + t, ilt, "attn.low", &low_[t * LOW], {static_cast<int64_t>(LOW)});
+      trace_f32(pos0 + t, ilt, "attn.y", &y_[t * D], {Di});
+    }
+  }
 
   for (int64_t t = 0; t < n; ++t)
     model::hc_post({&y_[t * D], D}, {&x_[t * hc], hc}, {&post_[t * nh], nh},
@@ -253,7 +322,7 @@ void Forward::attention_layer(uint32_t il, std::span<const int32_t> tokens, int6
   std::swap(x_, x_next_);
 }
 
-void Forward::ffn_layer(uint32_t il, std::span<const int32_t> tokens) {
+void Forward::ffn_layer(uint32_t il, std::span<const int32_t> tokens, int64_t pos0) {
   const auto& L = w_.layers[il];
   const auto n = static_cast<int64_t>(tokens.size());
   const size_t hc = c_.hc_dim(), D = c_.n_embd, nh = c_.n_hc;
@@ -263,6 +332,19 @@ void Forward::ffn_layer(uint32_t il, std::span<const int32_t> tokens) {
   hc_pre(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, n);
   for (int64_t t = 0; t < n; ++t)
     model::rms_norm({&sub_in_[t * D], D}, L.ffn_norm, {&h_[t * D], D}, c_.rms_eps);
+  const int ilt = static_cast<int>(il);
+  const auto nhi = static_cast<int64_t>(nh), Di = static_cast<int64_t>(D);
+  const auto Ei = static_cast<int64_t>(E), Ui = static_cast<int64_t>(U);
+  if (trace_) {
+    for (int64_t t = 0; t < n; ++t) {
+      trace_f32(pos0 + t, ilt, "hc_ffn.pre", &pre_[t * nh], {nhi});
+      trace_f32(pos0 + t, ilt, "hc_ffn.post", &post_[t * nh], {nhi});
+      trace_f32(pos0 + t, ilt, "hc_ffn.comb", &comb_[t * nh * nh], {nhi, nhi});
+      trace_f32(pos0 + t, ilt, "ffn.h", &h_[t * D], {Di});
+    }
+    trace_expert_out_.assign(static_cast<size_t>(n) * U * D, 0.0f);
+    trace_expert_mid_.assign(static_cast<size_t>(n) * U * FF, 0.0f);
+  }
 
   // Router (spec §3.5): sqrt(softplus) scores, hash or biased top-k selection, renormalised.
   matmul(L.ffn_gate_inp, h_.data(), D, n, router_logits_.data(), E, act_, threads_);
@@ -275,6 +357,9 @@ void Forward::ffn_layer(uint32_t il, std::span<const int32_t> tokens) {
     else
       model::router_select_top_k(p, L.exp_probs_b, sel);
     model::router_weights(p, sel, c_.expert_weight_scale, {&sel_w_[t * U], U});
+    trace_f32(pos0 + t, ilt, "router.probs", p.data(), {Ei});
+    trace_i32(pos0 + t, ilt, "router.experts", sel.data(), {Ui});
+    trace_f32(pos0 + t, ilt, "router.weights", &sel_w_[t * U], {Ui});
   }
 
   // Routed experts, expert by expert over the tokens that chose it; each token's expert
@@ -298,11 +383,15 @@ void Forward::ffn_layer(uint32_t il, std::span<const int32_t> tokens) {
     for (int64_t i = 0; i < m; ++i)
       model::expert_swiglu({&gate_[i * FF], FF}, {&up_[i * FF], FF}, clamp, gather_w_[i],
                            {&mid_[i * FF], FF});
+    if (trace_)
+      for (int64_t i = 0; i < m; ++i)
+        std::copy_n(&mid_[i * FF], FF, &trace_expert_mid_[expert_tokens_[i] * FF]);
     matmul(L.ffn_down_exps, static_cast<int64_t>(e * D), D, mid_.data(), FF, m, down_.data(), D,
            act_, threads_);
     for (int64_t i = 0; i < m; ++i) {
       const int64_t t = expert_tokens_[i] / static_cast<int64_t>(U);
       for (size_t j = 0; j < D; ++j) moe_[t * D + j] += down_[i * D + j];
+      if (trace_) std::copy_n(&down_[i * D], D, &trace_expert_out_[expert_tokens_[i] * D]);
     }
   }
 
@@ -311,14 +400,28 @@ void Forward::ffn_layer(uint32_t il, std::span<const int32_t> tokens) {
   matmul(L.ffn_up_shexp, h_.data(), D, n, up_.data(), FF, act_, threads_);
   for (int64_t t = 0; t < n; ++t)
     model::expert_swiglu({&gate_[t * FF], FF}, {&up_[t * FF], FF}, clamp, 1.0f, {&mid_[t * FF], FF});
+  if (trace_)
+    for (int64_t t = 0; t < n; ++t)
+      trace_f32(pos0 + t, ilt, "ffn.shared_mid", &mid_[t * FF], {static_cast<int64_t>(FF)});
   matmul(L.ffn_down_shexp, mid_.data(), FF, n, down_.data(), D, act_, threads_);
   for (int64_t t = 0; t < n; ++t)
     for (size_t j = 0; j < D; ++j) y_[t * D + j] = moe_[t * D + j] + down_[t * D + j];
+  if (trace_) {
+    for (int64_t t = 0; t < n; ++t) {
+      trace_f32(pos0 + t, ilt, "ffn.expert_mid", &trace_expert_mid_[t * U * FF],
+                {Ui, static_cast<int64_t>(FF)});
+      trace_f32(pos0 + t, ilt, "ffn.expert_out", &trace_expert_out_[t * U * D], {Ui, Di});
+      trace_f32(pos0 + t, ilt, "ffn.shared_out", &down_[t * D], {Di});
+      trace_f32(pos0 + t, ilt, "ffn.y", &y_[t * D], {Di});
+    }
+  }
 
   for (int64_t t = 0; t < n; ++t)
     model::hc_post({&y_[t * D], D}, {&x_[t * hc], hc}, {&post_[t * nh], nh},
                    {&comb_[t * nh * nh], nh * nh}, {&x_next_[t * hc], hc});
   std::swap(x_, x_next_);
+  if (trace_)
+    for (int64_t t = 0; t < n; ++t) trace_f32(pos0 + t, ilt, "state", &x_[t * hc], {nhi, Di});
 }
 
 // Output head (spec §3.6): HC collapse with output_hc_*, final RMSNorm, LM head.

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/linear.h"
@@ -14,6 +16,28 @@
 #include "model/weights.h"
 
 namespace ds4::cpu {
+
+/// Debug hook of Forward (parity checks against tools/reference): receives the named
+/// intermediates of every token, with the names of the reference's trace
+/// (tools/reference/README.md, "Recorded intermediates"): per layer `l{il}.` +
+/// hc_attn.pre/post/comb, attn.h, attn.qr, attn.q [heads, head_dim], attn.kv (stored raw row),
+/// attn.n_comp, attn.comp_row / idx.comp_row (when a row is emitted), idx.q [heads, dim],
+/// idx.scores, idx.selected (when the indexer filters), attn.o [heads, head_dim], attn.low
+/// (grouped low-rank vector), attn.y, hc_ffn.pre/post/comb, ffn.h, router.probs,
+/// router.experts, router.weights, ffn.expert_mid [used, n_ff] and ffn.expert_out
+/// [used, n_embd] (selection order), ffn.shared_mid, ffn.shared_out, ffn.y, state
+/// [n_hc, n_embd]; and out.hc_weights, out.z, logits. Values are the f32 numbers the forward
+/// pass computed; `shape` is the numpy (row-major) shape, its product equals the value count,
+/// an empty shape is a scalar. Within one eval() calls come layer by layer, positions
+/// ascending within a layer. The spans are only valid during the call.
+class ForwardTrace {
+ public:
+  virtual ~ForwardTrace() = default;
+  virtual void f32(int64_t pos, const std::string& name, std::span<const float> values,
+                   const std::vector<int64_t>& shape) = 0;
+  virtual void i32(int64_t pos, const std::string& name, std::span<const int32_t> values,
+                   const std::vector<int64_t>& shape) = 0;
+};
 
 /// Runs batches of tokens through the model. One instance per session (it owns scratch).
 class Forward {
@@ -31,14 +55,32 @@ class Forward {
   /// Bytes of weights a single-token decode step reads (for bandwidth reports).
   uint64_t decode_weight_bytes() const;
 
+  /// Installs a debug trace sink (not owned; nullptr, the default, removes it). Without a sink
+  /// tracing costs one branch per traced step and never changes a computed value.
+  void set_trace(ForwardTrace* trace) { trace_ = trace; }
+
  private:
   void attention_layer(uint32_t il, std::span<const int32_t> tokens, int64_t pos0,
                        model::LayerKv& kv, int64_t raw_cap);
-  void ffn_layer(uint32_t il, std::span<const int32_t> tokens);
+  void ffn_layer(uint32_t il, std::span<const int32_t> tokens, int64_t pos0);
   void hc_pre(const model::Matrix& fn, std::span<const float> scale, std::span<const float> base,
               int64_t n);
   void output_head(int64_t t, float* logits);
   void resize(int64_t n);
+  // Trace helpers: name = "l{il}." + what (il < 0: what alone). Without a sink they are an
+  // inlined branch (the shape list lives on the stack; nothing is allocated).
+  void trace_f32(int64_t pos, int il, const char* what, const float* v,
+                 std::initializer_list<int64_t> shape) {
+    if (trace_) emit_f32(pos, il, what, v, shape);
+  }
+  void trace_i32(int64_t pos, int il, const char* what, const int32_t* v,
+                 std::initializer_list<int64_t> shape) {
+    if (trace_) emit_i32(pos, il, what, v, shape);
+  }
+  void emit_f32(int64_t pos, int il, const char* what, const float* v,
+                std::initializer_list<int64_t> shape);
+  void emit_i32(int64_t pos, int il, const char* what, const int32_t* v,
+                std::initializer_list<int64_t> shape);
 
   const model::Config& c_;
   const model::Weights& w_;
@@ -76,6 +118,10 @@ class Forward {
   std::vector<float> gather_;        // gathered h rows for one expert
   std::vector<float> gather_w_;
   std::vector<float> head_z_, head_pre_, head_w_;
+  std::vector<float> trace_expert_out_;  // n x n_used x n_embd, only while tracing
+  std::vector<float> trace_expert_mid_;  // n x n_used x n_ff, only while tracing
+  std::vector<int32_t> trace_ints_;
+  ForwardTrace* trace_ = nullptr;
   int64_t cap_ = 0;
 };
 
