@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
+#include "backend/cpu/parallel_steps.h"
 #include "common/error.h"
 #include "common/f16.h"
-#include "model/attention.h"
 #include "model/experts.h"
 #include "model/hyper_connections.h"
 #include "model/indexer.h"
@@ -280,8 +280,8 @@ void Forward::attention_layer(uint32_t il, std::span<const int32_t> tokens, int6
       model::indexer_prepare_query(iq, ID, rope, pu);
       grow(scores_, n_comp);
       grow(selected_, n_comp);
-      model::indexer_scores(iq, {&iw_[t * IH], IH}, {kv.index.data(), n_comp * ID},
-                            {scores_.data(), n_comp});
+      indexer_scores_rows(iq, {&iw_[t * IH], IH}, {kv.index.data(), n_comp * ID},
+                          {scores_.data(), n_comp}, threads_);
       const size_t k = model::indexer_select_top_k({scores_.data(), n_comp}, c_.indexer_top_k,
                                                    {selected_.data(), n_comp});
       if (trace_) {
@@ -295,10 +295,8 @@ void Forward::attention_layer(uint32_t il, std::span<const int32_t> tokens, int6
     } else {
       for (size_t i = 0; i < n_comp; ++i) rows_.push_back(&kv.comp[i * HD]);
     }
-    grow(scores_, rows_.size());
     std::span<float> out{&attn_[t * QD], QD};
-    model::sink_attention({&q_[t * QD], QD}, L.attn_sinks, rows_, out,
-                          {scores_.data(), rows_.size()});
+    attention_heads({&q_[t * QD], QD}, L.attn_sinks, rows_, out, scores_, threads_);
     model::rope_tail(out, HD, rope, pu, true);  // inverse RoPE with the query position (§3.4.9)
     trace_f32(p, ilt, "attn.o", out.data(), {NHi, HDi});
   }

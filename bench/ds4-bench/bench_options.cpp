@@ -1,0 +1,91 @@
+#include "bench_options.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "common/error.h"
+
+namespace ds4::bench {
+
+int64_t effective_ctx_alloc(const BenchOptions& o) {
+  return o.ctx_alloc > 0 ? o.ctx_alloc : o.ctx_max + o.gen_tokens + 1;
+}
+
+std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& args,
+                                                const std::string& default_model) {
+  BenchOptions o;
+  constexpr int64_t kMaxCtx = int64_t{1} << 30;
+  CLI::App app{"ds4-bench — prefill and greedy-decode throughput at context frontiers (CSV).",
+               "ds4-bench"};
+  app.get_formatter()->column_width(34);
+  app.add_option("--prompt-file", o.prompt_file, "Raw benchmark text, sliced at each frontier");
+  app.add_option("--chat-prompt-file", o.chat_prompt_file,
+                 "Render FILE as one no-thinking chat user message, then slice that");
+  app.add_option("--system", o.system, "System prompt for --chat-prompt-file (-sys also works)");
+  app.add_option("-m,--model", o.model, "GGUF model file (default: the build's tiny model)");
+  auto* cpu = app.add_flag_callback("--cpu", [&] { o.backend = "cpu"; }, "Use the CPU backend");
+  auto* cuda = app.add_flag_callback("--cuda", [&] { o.backend = "cuda"; }, "Use the CUDA backend");
+  cpu->excludes(cuda);
+  app.add_option("--backend", o.backend, "Backend: auto, cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("-t,--threads", o.threads, "CPU threads (default: all cores)")
+      ->check(CLI::Range(1, 4096));
+  app.add_flag("--warm-weights", o.warm_weights, "Touch every mapped weight page first");
+  app.add_option("--ctx-start", o.ctx_start, "First measured frontier (tokens)")
+      ->check(CLI::Range(int64_t{1}, kMaxCtx));
+  app.add_option("--ctx-max", o.ctx_max, "Last measured frontier (tokens)")
+      ->check(CLI::Range(int64_t{1}, kMaxCtx));
+  app.add_option("--ctx-alloc", o.ctx_alloc, "Allocated context (default: ctx-max + gen-tokens + 1)")
+      ->check(CLI::Range(int64_t{1}, kMaxCtx));
+  app.add_option("--step-incr", o.step_incr, "Linear step when --step-mul is 1")
+      ->check(CLI::Range(int64_t{1}, kMaxCtx));
+  app.add_option("--step-mul", o.step_mul, "Multiplicative step (>= 1)")
+      ->check(CLI::Range(1.0, 1e6));
+  app.add_option("-n,--gen-tokens,--tokens", o.gen_tokens,
+                 "Greedy decode tokens per frontier, EOS excluded (0: prefill only)")
+      ->check(CLI::Range(int64_t{0}, kMaxCtx));
+  app.add_option("--csv", o.csv, "Write the CSV to FILE instead of stdout");
+  app.add_option("--repeat", o.repeat, "Best of N timings per frontier (noisy machines)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--prefill-chunk", o.prefill_chunk, "Prefill batch in tokens (0: whole interval)")
+      ->check(CLI::Range(int64_t{0}, kMaxCtx));
+  app.add_option("--memcpy-mib", o.memcpy_mib, "Size of the DRAM memcpy reference (0: skip)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
+  app.add_option("--synthetic", o.synthetic, "Synthetic model NAME (needs the CUDA backend)");
+
+  // -sys is ds4's spelling; CLI11 short options are one character, so rewrite it.
+  std::vector<std::string> rev;
+  for (const auto& a : args) rev.push_back(a == "-sys" ? "--system" : a);
+  std::reverse(rev.begin(), rev.end());
+  try {
+    app.parse(rev);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return std::nullopt;
+  } catch (const CLI::ParseError& e) {
+    fail("{}", e.what());
+  }
+
+  if (o.synthetic) {
+    if (o.backend != "cuda") fail("--synthetic needs the CUDA backend (--cuda)");
+    fail("--synthetic {}: the CUDA backend is not available in this build", *o.synthetic);
+  }
+  if (o.prompt_file.has_value() == o.chat_prompt_file.has_value())
+    fail("give exactly one of --prompt-file or --chat-prompt-file");
+  const std::string& prompt = o.prompt_file ? *o.prompt_file : *o.chat_prompt_file;
+  if (!std::filesystem::is_regular_file(prompt)) fail("prompt file {} does not exist", prompt);
+  if (o.model.empty()) o.model = default_model;
+  if (!std::filesystem::is_regular_file(o.model)) fail("model file {} does not exist", o.model);
+  if (o.ctx_start > o.ctx_max)
+    fail("--ctx-start ({}) must be <= --ctx-max ({})", o.ctx_start, o.ctx_max);
+  if (o.ctx_alloc != 0 && o.ctx_alloc <= o.ctx_max + o.gen_tokens)
+    fail("--ctx-alloc ({}) must be greater than ctx-max + gen-tokens ({})", o.ctx_alloc,
+         o.ctx_max + o.gen_tokens);
+  return o;
+}
+
+}  // namespace ds4::bench

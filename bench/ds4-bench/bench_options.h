@@ -1,0 +1,49 @@
+// Command-line options of `ds4-bench`, compatible with ds4's (product-surface §5.3): input
+// (--prompt-file | --chat-prompt-file, -sys), model/backend (-m, --cpu/--cuda/--backend, -t,
+// --warm-weights), sweep (--ctx-start, --ctx-max, --ctx-alloc, --step-incr, --step-mul),
+// generation (--gen-tokens/--tokens/-n) and output (--csv). ds4-bench extras: --repeat (best of
+// N per frontier, for noisy shared machines), --prefill-chunk, --memcpy-mib, and --synthetic
+// (planned for the CUDA backend; rejected for now).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ds4::bench {
+
+/// Everything ds4-bench was asked to do. Filled and validated by parse_bench_options().
+struct BenchOptions {
+  std::string model;                            ///< -m; empty = the build's default model
+  std::optional<std::string> prompt_file;       ///< raw benchmark text
+  std::optional<std::string> chat_prompt_file;  ///< one no-think chat user message
+  std::string system = "You are a helpful assistant.";  ///< -sys, only with chat_prompt_file
+  std::string backend = "auto";                 ///< auto | cpu | cuda
+  int threads = 0;                              ///< CPU threads; 0 = all cores
+  bool warm_weights = false;                    ///< touch every mapped page before measuring
+  int64_t ctx_start = 2048;                     ///< first frontier (tokens)
+  int64_t ctx_max = 32768;                      ///< last frontier (tokens)
+  int64_t ctx_alloc = 0;                        ///< session context; 0 = ctx_max + gen_tokens + 1
+  int64_t step_incr = 2048;                     ///< additive step when step_mul == 1
+  double step_mul = 1.0;                        ///< multiplicative step (>= 1)
+  int64_t gen_tokens = 128;                     ///< greedy decode tokens per frontier (0 = none)
+  std::optional<std::string> csv;               ///< CSV file; stdout when absent
+  int repeat = 1;                               ///< timings per frontier are the best of N runs
+  int64_t prefill_chunk = 0;                    ///< prefill batch size; 0 = the whole interval
+  int64_t memcpy_mib = 256;                     ///< size of the DRAM memcpy reference; 0 = skip
+  std::optional<std::string> synthetic;         ///< synthetic model NAME (CUDA only, planned)
+};
+
+/// Parses ds4-bench's arguments (argv[1..argc) ; `-sys` is accepted for --system) and validates
+/// them. Returns std::nullopt after printing the help for -h/--help. Throws ds4::Error with a
+/// complete message for an unknown flag, a malformed or out-of-range number, a missing model or
+/// prompt file, not exactly one of --prompt-file/--chat-prompt-file, --ctx-start > --ctx-max,
+/// --ctx-alloc <= ctx-max + gen-tokens, and --synthetic without --cuda. Does not open the model.
+std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& args,
+                                                const std::string& default_model);
+
+/// The session context the sweep allocates: options.ctx_alloc, or ctx_max + gen_tokens + 1.
+int64_t effective_ctx_alloc(const BenchOptions& options);
+
+}  // namespace ds4::bench

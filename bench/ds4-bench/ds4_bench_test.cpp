@@ -1,0 +1,289 @@
+// ds4-bench: the frontier list, greedy choice, CSV formatting and option checks as units, and
+// end-to-end runs of the binary on the tiny q2 model: CSV shape, positive values, snapshot sizes
+// equal to a Session::save() of the same prefix, and exit code 2 with a clear message for every
+// kind of bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "bench_options.h"
+#include "common/error.h"
+#include "csv.h"
+#include "engine/engine.h"
+#include "engine/session.h"
+#include "frontiers.h"
+#include "sweep.h"
+
+namespace ds4::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kModel = std::string(DS4_BINARY_DIR) + "/models/ds4-tiny-q2.gguf";
+const std::string kText = std::string(DS4_SHARED_DIR) + "/testdata/text/tiny_shakespeare.txt";
+
+// ---- units ----
+
+TEST(Frontiers, AdditiveMultiplicativeAndClamped) {
+  EXPECT_EQ(frontiers(2048, 8192, 2048, 1.0), (std::vector<int64_t>{2048, 4096, 6144, 8192}));
+  EXPECT_EQ(frontiers(2048, 7000, 2048, 1.0), (std::vector<int64_t>{2048, 4096, 6144, 7000}));
+  EXPECT_EQ(frontiers(100, 1000, 1, 3.0), (std::vector<int64_t>{100, 300, 900, 1000}));
+  // ceil(3 * 1.5) = 5, ceil(7.5) = 8, ceil(12) = 12, then clamped to 15.
+  EXPECT_EQ(frontiers(3, 15, 1, 1.5), (std::vector<int64_t>{3, 5, 8, 12, 15}));
+  // A factor too small to move an integer still advances by one token.
+  EXPECT_EQ(frontiers(1, 3, 1, 1.01), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(frontiers(5, 5, 7, 1.0), (std::vector<int64_t>{5}));
+}
+
+TEST(Frontiers, RejectsBadSteps) {
+  EXPECT_THROW(frontiers(0, 5, 1, 1.0), Error);
+  EXPECT_THROW(frontiers(6, 5, 1, 1.0), Error);
+  EXPECT_THROW(frontiers(1, 5, 0, 1.0), Error);
+  EXPECT_THROW(frontiers(1, 5, 1, 0.5), Error);
+  EXPECT_THROW(frontiers(1, 5, 1, NAN), Error);
+}
+
+TEST(GreedyToken, TiesNanAndExclusion) {
+  const std::vector<float> l{1.0f, 3.0f, NAN, 3.0f, 2.0f};
+  EXPECT_EQ(greedy_token(l, std::nullopt), 1);  // tie between 1 and 3 goes to the lower id
+  EXPECT_EQ(greedy_token(l, 1), 3);
+  EXPECT_EQ(greedy_token(std::vector<float>{NAN, -5.0f}, std::nullopt), 1);
+  EXPECT_THROW(greedy_token(std::vector<float>{NAN, NAN}, std::nullopt), Error);
+  EXPECT_THROW(greedy_token(std::vector<float>{2.0f}, 0), Error);
+}
+
+TEST(Csv, HeaderStartsWithDs4ColumnsAndRowIsHandComputed) {
+  EXPECT_EQ(csv_header().rfind("ctx_tokens,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kvcache_bytes,", 0), 0u);
+  FrontierResult r;
+  r.ctx_tokens = 4096;
+  r.prefill_tokens = 2048;
+  r.prefill_s = 4.0;       // 512 tok/s
+  r.prefill_cpu_s = 3.5;
+  r.gen_tokens = 100;
+  r.gen_s = 8.0;           // 12.5 tok/s; 12.5 * 2e8 B = 2.5 GB/s
+  r.gen_cpu_s = 7.25;
+  r.kvcache_bytes = 123456;
+  EXPECT_EQ(csv_row(r, 200'000'000),
+            "4096,2048,512.00,100,12.50,123456,4.000000,3.500000,8.000000,7.250000,2.500");
+  r.gen_tokens = 0;
+  r.gen_s = 0;
+  EXPECT_EQ(csv_row(r, 200'000'000),
+            "4096,2048,512.00,0,0.00,123456,4.000000,3.500000,0.000000,7.250000,0.000");
+}
+
+BenchOptions parse(std::vector<std::string> args) {
+  auto o = parse_bench_options(args, kModel);
+  if (!o) throw std::runtime_error("help");
+  return *o;
+}
+
+TEST(Options, DefaultsAreDs4s) {
+  const auto o = parse({"--prompt-file", kText});
+  EXPECT_EQ(o.model, kModel);
+  EXPECT_EQ(o.ctx_start, 2048);
+  EXPECT_EQ(o.ctx_max, 32768);
+  EXPECT_EQ(o.step_incr, 2048);
+  EXPECT_EQ(o.step_mul, 1.0);
+  EXPECT_EQ(o.gen_tokens, 128);
+  EXPECT_EQ(effective_ctx_alloc(o), 32768 + 128 + 1);
+  EXPECT_EQ(o.backend, "auto");
+}
+
+TEST(Options, Ds4Spellings) {
+  const auto o = parse({"--chat-prompt-file", kText, "-sys", "be brief", "-n", "7", "-t", "2",
+                        "--cpu", "--ctx-start", "10", "--ctx-max", "20", "--step-mul", "1.5",
+                        "--csv", "out.csv", "--ctx-alloc", "40"});
+  EXPECT_EQ(o.system, "be brief");
+  EXPECT_EQ(o.gen_tokens, 7);
+  EXPECT_EQ(o.threads, 2);
+  EXPECT_EQ(o.backend, "cpu");
+  EXPECT_EQ(o.step_mul, 1.5);
+  EXPECT_EQ(o.csv, "out.csv");
+  EXPECT_EQ(effective_ctx_alloc(o), 40);
+  EXPECT_EQ(parse({"--prompt-file", kText, "--tokens", "3"}).gen_tokens, 3);
+  EXPECT_EQ(parse({"--prompt-file", kText, "--gen-tokens", "0"}).gen_tokens, 0);
+}
+
+void expect_rejected(std::vector<std::string> args, const std::string& message) {
+  try {
+    parse(args);
+    ADD_FAILURE() << "accepted; expected an error containing \"" << message << "\"";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+}
+
+TEST(Options, RejectsBadInput) {
+  expect_rejected({"--prompt-file", kText, "--ctx-start", "abc"}, "--ctx-start");
+  expect_rejected({"--prompt-file", kText, "--ctx-start", "12x"}, "--ctx-start");
+  expect_rejected({"--prompt-file", kText, "--ctx-start", "0"}, "--ctx-start");
+  expect_rejected({"--prompt-file", kText, "--gen-tokens", "-1"}, "--gen-tokens");
+  expect_rejected({"--prompt-file", kText, "--step-mul", "0.5"}, "--step-mul");
+  expect_rejected({"--prompt-file", kText, "--step-incr", "0"}, "--step-incr");
+  expect_rejected({"--prompt-file", kText, "--threads", "0"}, "--threads");
+  expect_rejected({"--prompt-file", kText, "--ctx-start", "200", "--ctx-max", "100"},
+                  "--ctx-start (200) must be <= --ctx-max (100)");
+  expect_rejected({"--prompt-file", kText, "--ctx-start", "50", "--ctx-max", "100", "-n", "10", "--ctx-alloc", "110"},
+                  "--ctx-alloc (110) must be greater than ctx-max + gen-tokens (110)");
+  expect_rejected({"--prompt-file", kText, "-m", "/nonexistent/model.gguf"},
+                  "model file /nonexistent/model.gguf does not exist");
+  expect_rejected({"--prompt-file", "/nonexistent/prompt.txt"}, "prompt file /nonexistent/prompt.txt does not exist");
+  expect_rejected({}, "exactly one of --prompt-file or --chat-prompt-file");
+  expect_rejected({"--prompt-file", kText, "--chat-prompt-file", kText}, "exactly one of");
+  expect_rejected({"--prompt-file", kText, "--backend", "metal"}, "--backend");
+  expect_rejected({"--prompt-file", kText, "--cpu", "--cuda"}, "--cpu");
+  expect_rejected({"--prompt-file", kText, "--bogus"}, "--bogus");
+  expect_rejected({"--prompt-file", kText, "--synthetic", "flash"}, "--synthetic needs the CUDA backend");
+  expect_rejected({"--prompt-file", kText, "--cuda", "--synthetic", "flash"},
+                  "CUDA backend is not available in this build");
+}
+
+// ---- the binary ----
+
+struct RunResult {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+class Ds4BenchRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fs::exists(kModel)) << kModel << " (built by the ds4_models target)";
+    dir_ = fs::temp_directory_path() /
+           ("ds4_bench_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  RunResult run(const std::string& args) {
+    const auto out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string cmd = std::string(DS4_BENCH_EXE) + " " + args + " > " + out.string() +
+                            " 2> " + err.string();
+    const int status = std::system(cmd.c_str());
+    RunResult r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+  void expect_bad_input(const std::string& args, const std::string& message) {
+    const RunResult r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find("ds4-bench: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << args << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << args;
+  }
+
+  fs::path dir_;
+};
+
+std::vector<std::vector<std::string>> parse_csv(const std::string& text) {
+  std::vector<std::vector<std::string>> rows;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::istringstream ls(line);
+    std::string cell;
+    while (std::getline(ls, cell, ',')) cells.push_back(cell);
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+TEST_F(Ds4BenchRun, TinySweepWritesDs4CsvWithPositiveValues) {
+  const auto csv_path = dir_ / "out.csv";
+  const RunResult r = run("-m " + kModel + " --prompt-file " + kText +
+                          " --cpu -t 1 --ctx-start 24 --ctx-max 72 --step-incr 24 --gen-tokens 3"
+                          " --memcpy-mib 0 --csv " + csv_path.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "");  // the CSV went to the file
+  EXPECT_NE(r.err.find("weights"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("memcpy"), std::string::npos) << r.err;
+  const auto rows = parse_csv(slurp(csv_path));
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0], parse_csv(csv_header())[0]);
+  ASSERT_EQ(rows[0].size(), 11u);
+
+  // Independent snapshot sizes: the same prefixes through a Session of the same context.
+  auto engine = Engine::open({.model_path = kModel, .backend = "cpu", .threads = 1});
+  const auto prompt = engine->tokenizer().encode_plain(slurp(kText));
+  const int64_t frontier[] = {24, 48, 72};
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const auto& c = rows[i];
+    ASSERT_EQ(c.size(), 11u) << i;
+    EXPECT_EQ(std::stoll(c[0]), frontier[i - 1]);
+    EXPECT_EQ(std::stoll(c[1]), 24);
+    EXPECT_GT(std::stod(c[2]), 0.0);
+    EXPECT_EQ(std::stoll(c[3]), 3);
+    EXPECT_GT(std::stod(c[4]), 0.0);
+    Session s(engine->config(), engine->backend(), 72 + 3 + 1);
+    s.prefill(std::span(prompt).first(static_cast<size_t>(frontier[i - 1])));
+    EXPECT_EQ(std::stoull(c[5]), s.save().size()) << "kvcache_bytes at " << frontier[i - 1];
+    const double prefill_s = std::stod(c[6]), gen_s = std::stod(c[8]);
+    EXPECT_GT(prefill_s, 0.0);
+    EXPECT_GT(std::stod(c[7]), 0.0);
+    EXPECT_GT(gen_s, 0.0);
+    EXPECT_GT(std::stod(c[9]), 0.0);
+    EXPECT_GT(std::stod(c[10]), 0.0);
+    // tok/s columns agree with the seconds columns (to their printed precision).
+    EXPECT_NEAR(std::stod(c[2]), 24 / prefill_s, 0.01 + 1e-4 * 24 / prefill_s);
+    EXPECT_NEAR(std::stod(c[4]), 3 / gen_s, 0.01 + 1e-4 * 3 / gen_s);
+  }
+}
+
+TEST_F(Ds4BenchRun, MultiplicativeStepsToStdoutWithRepeat) {
+  const RunResult r = run("-m " + kModel + " --prompt-file " + kText +
+                          " -t 1 --ctx-start 8 --ctx-max 40 --step-mul 2 -n 1 --repeat 2 --memcpy-mib 0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = parse_csv(r.out);
+  ASSERT_EQ(rows.size(), 5u) << r.out;
+  const int64_t ctx[] = {8, 16, 32, 40}, interval[] = {8, 8, 16, 8};
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_EQ(std::stoll(rows[i][0]), ctx[i - 1]);
+    EXPECT_EQ(std::stoll(rows[i][1]), interval[i - 1]);
+    EXPECT_GT(std::stod(rows[i][2]), 0.0);
+    EXPECT_GT(std::stod(rows[i][4]), 0.0);
+  }
+}
+
+TEST_F(Ds4BenchRun, BadInputExitsTwoWithAClearMessage) {
+  const std::string base = " --prompt-file " + kText + " --memcpy-mib 0 ";
+  expect_bad_input("-m /nonexistent/model.gguf" + base, "model file /nonexistent/model.gguf does not exist");
+  expect_bad_input("-m " + kText + base + "--ctx-start 8 --ctx-max 8", "GGUF");  // not a model
+  expect_bad_input("-m " + kModel + base + "--ctx-start 8x", "--ctx-start");
+  expect_bad_input("-m " + kModel + base + "--gen-tokens many", "--gen-tokens");
+  expect_bad_input("-m " + kModel + base + "--ctx-start 64 --ctx-max 32",
+                   "--ctx-start (64) must be <= --ctx-max (32)");
+  expect_bad_input("-m " + kModel + base + "--cuda", "CUDA backend is not available in this build");
+  expect_bad_input("-m " + kModel + base + "--synthetic flash", "--synthetic needs the CUDA backend");
+  const auto short_prompt = dir_ / "short.txt";
+  std::ofstream(short_prompt) << "Just a few words.";
+  expect_bad_input("-m " + kModel + " --prompt-file " + short_prompt.string() +
+                       " --ctx-start 8 --ctx-max 64 --memcpy-mib 0",
+                   "need at least --ctx-max = 64");
+  expect_bad_input("-m " + kModel + base + "--ctx-start 8 --ctx-max 8 --csv /nonexistent/dir/x.csv",
+                   "cannot open for writing");
+}
+
+TEST_F(Ds4BenchRun, HelpExitsZero) {
+  const RunResult r = run("--help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--ctx-start"), std::string::npos);
+  EXPECT_NE(r.out.find("--step-mul"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ds4::bench

@@ -1,0 +1,78 @@
+#include "backend/cpu/parallel_steps.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "model/attention.h"
+#include "model/indexer.h"
+
+namespace ds4::cpu {
+namespace {
+
+// About what one core does in the few microseconds an OpenMP fork/join costs (the same rule as
+// cpu::matmul_threads).
+constexpr uint64_t kMinMacsPerThread = uint64_t{1} << 15;
+
+}  // namespace
+
+int step_threads(uint64_t macs, uint64_t items, int threads) {
+  const uint64_t cap = std::min<uint64_t>({macs / kMinMacsPerThread, items,
+                                           static_cast<uint64_t>(std::max(threads, 1))});
+  return static_cast<int>(std::max<uint64_t>(cap, 1));
+}
+
+void attention_heads(std::span<const float> q, std::span<const float> sinks,
+                     std::span<const float* const> rows, std::span<float> out,
+                     std::vector<float>& scratch, int threads) {
+  const size_t n_head = sinks.size(), n_rows = rows.size();
+  if (scratch.size() < n_rows) scratch.resize(n_rows);
+  if (n_head == 0 || q.size() % n_head != 0) {  // let sink_attention report the problem
+    model::sink_attention(q, sinks, rows, out, scratch);
+    return;
+  }
+  const size_t dim = q.size() / n_head;
+  const int nt = step_threads(uint64_t{n_head} * n_rows * dim, n_head, threads);
+  if (nt == 1) {
+    model::sink_attention(q, sinks, rows, out, {scratch.data(), n_rows});
+    return;
+  }
+  // Validate once on the calling thread (no exception may leave a parallel region); then no
+  // per-head call can fail.
+  if (out.size() != q.size())
+    fail("attention_heads: q has {} values and out {} for {} heads", q.size(), out.size(), n_head);
+  if (q.data() < out.data() + out.size() && out.data() < q.data() + q.size())
+    fail("attention_heads: out overlaps q");
+  for (const float* r : rows)
+    if (r == nullptr) fail("attention_heads: null KV row pointer");
+  scratch.resize(std::max(scratch.size(), static_cast<size_t>(nt) * n_rows));
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (size_t h = 0; h < n_head; ++h) {
+    float* sc = scratch.data() + static_cast<size_t>(omp_get_thread_num()) * n_rows;
+    model::sink_attention(q.subspan(h * dim, dim), sinks.subspan(h, 1), rows,
+                          out.subspan(h * dim, dim), {sc, n_rows});
+  }
+}
+
+void indexer_scores_rows(std::span<const float> q, std::span<const float> w,
+                         std::span<const float> rows, std::span<float> scores, int threads) {
+  const size_t n_rows = scores.size();
+  const int nt = step_threads(uint64_t{n_rows} * q.size(), n_rows, threads);
+  const size_t n_head = w.size();
+  if (nt == 1 || n_head == 0 || q.empty() || q.size() % n_head != 0 ||
+      rows.size() != n_rows * (q.size() / n_head)) {
+    model::indexer_scores(q, w, rows, scores);  // also reports any size mismatch
+    return;
+  }
+  const size_t dim = q.size() / n_head;
+#pragma omp parallel num_threads(nt)
+  {
+    const size_t n = static_cast<size_t>(omp_get_num_threads());
+    const size_t id = static_cast<size_t>(omp_get_thread_num());
+    const size_t lo = n_rows * id / n, hi = n_rows * (id + 1) / n;
+    model::indexer_scores(q, w, rows.subspan(lo * dim, (hi - lo) * dim), scores.subspan(lo, hi - lo));
+  }
+}
+
+}  // namespace ds4::cpu
