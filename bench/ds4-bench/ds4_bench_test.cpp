@@ -244,9 +244,10 @@ TEST_F(Ds4BenchRun, TinySweepWritesDs4CsvWithPositiveValues) {
   }
 }
 
-TEST_F(Ds4BenchRun, MultiplicativeStepsToStdoutWithRepeat) {
+TEST_F(Ds4BenchRun, MultiplicativeStepsToStdoutWithRepeatChunksAndWarmWeights) {
   const RunResult r = run("-m " + kModel + " --prompt-file " + kText +
-                          " -t 1 --ctx-start 8 --ctx-max 40 --step-mul 2 -n 1 --repeat 2 --memcpy-mib 0");
+                          " -t 1 --ctx-start 8 --ctx-max 40 --step-mul 2 -n 1 --repeat 2 --memcpy-mib 0"
+                          " --warm-weights --prefill-chunk 5");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto rows = parse_csv(r.out);
   ASSERT_EQ(rows.size(), 5u) << r.out;
@@ -257,6 +258,17 @@ TEST_F(Ds4BenchRun, MultiplicativeStepsToStdoutWithRepeat) {
     EXPECT_GT(std::stod(rows[i][2]), 0.0);
     EXPECT_GT(std::stod(rows[i][4]), 0.0);
   }
+}
+
+TEST_F(Ds4BenchRun, ChatPromptIsRenderedAndSliced) {
+  const RunResult r = run("-m " + kModel + " --chat-prompt-file " + kText +
+                          " -sys 'Be brief.' -t 1 --ctx-start 16 --ctx-max 32 --step-incr 16 -n 2 --memcpy-mib 0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = parse_csv(r.out);
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  EXPECT_EQ(std::stoll(rows[1][0]), 16);
+  EXPECT_EQ(std::stoll(rows[2][0]), 32);
+  EXPECT_GT(std::stod(rows[2][4]), 0.0);
 }
 
 TEST_F(Ds4BenchRun, BadInputExitsTwoWithAClearMessage) {

@@ -122,8 +122,8 @@ int run(const BenchOptions& o, Loaded& l) {
                  r.prefill_tokens / r.prefill_s, r.prefill_cpu_s);
     if (r.gen_tokens > 0) {
       const double tps = r.gen_tokens / r.gen_s;
-      std::fprintf(stderr, "; decode %.2f tok/s (cpu %.3f s), weights %.2f GB/s", tps, r.gen_cpu_s,
-                   weight_bytes * tps / 1e9);
+      std::fprintf(stderr, "; decode %.2f tok/s (cpu %.3f s), weights %.2f GB/s (memcpy %.2f GB/s)",
+                   tps, r.gen_cpu_s, weight_bytes * tps / 1e9, mc_ws);
     }
     std::fputc('\n', stderr);
   });

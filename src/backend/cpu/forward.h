@@ -2,6 +2,8 @@
 // tokens. Projections run batched (backend/cpu/linear.h); the position-dependent steps (RoPE,
 // KV store, compressors, indexer, attention) step through the batch token by token exactly as
 // decode does, so every chunking of a prompt gives bit-identical logits (spec §4.2 contract).
+// Within a token, attention heads and indexer rows may be split across threads
+// (backend/cpu/parallel_steps.h), which changes no value either.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +44,7 @@ class ForwardTrace {
 /// Runs batches of tokens through the model. One instance per session (it owns scratch).
 class Forward {
  public:
-  /// `threads` >= 1 OpenMP threads for the matrix products.
+  /// `threads` >= 1 OpenMP threads for the matrix products, attention heads and indexer rows.
   Forward(const model::Config& config, const model::Weights& weights, int threads);
 
   /// Evaluates tokens[0..n) at absolute positions pos0..pos0+n-1, updating `kv`. Writes the
