@@ -29,21 +29,31 @@ CompressorParams compressor_params(const Config& c, uint32_t il, CompressedRowKi
   return p;
 }
 
-KvEstimate KvState::estimate(const Config& c, int64_t ctx) {
+KvEstimate KvState::estimate_layer(const Config& c, uint32_t il, int64_t ctx) {
   KvEstimate e;
   e.raw_cap = static_cast<uint32_t>(std::min<int64_t>(c.n_swa, std::max<int64_t>(ctx, 1)));
+  e.raw_bytes = uint64_t{e.raw_cap} * c.head_dim * 4;
+  const uint32_t r = c.compress_ratio(il);
+  if (r == 0) return e;
+  const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>(ctx, 0)) / r + 2;
+  const uint64_t coff = r == 4 ? 2 : 1;
+  e.compressed_bytes = rows * c.head_dim * 4;
+  e.frontier_bytes = 2 * (coff * r) * (coff * c.head_dim) * 4;
+  if (r == 4) {
+    e.compressed_bytes += rows * c.indexer_head_dim * 4;
+    e.frontier_bytes += 2 * (coff * r) * (coff * c.indexer_head_dim) * 4;
+  }
+  return e;
+}
+
+KvEstimate KvState::estimate(const Config& c, int64_t ctx) {
+  KvEstimate e;
   for (uint32_t il = 0; il < c.n_layer; ++il) {
-    e.raw_bytes += uint64_t{e.raw_cap} * c.head_dim * 4;
-    const uint32_t r = c.compress_ratio(il);
-    if (r == 0) continue;
-    const uint64_t rows = static_cast<uint64_t>(ctx) / r + 2;
-    const uint64_t coff = r == 4 ? 2 : 1;
-    e.compressed_bytes += rows * c.head_dim * 4;
-    e.frontier_bytes += 2 * (coff * r) * (coff * c.head_dim) * 4;
-    if (r == 4) {
-      e.compressed_bytes += rows * c.indexer_head_dim * 4;
-      e.frontier_bytes += 2 * (coff * r) * (coff * c.indexer_head_dim) * 4;
-    }
+    const KvEstimate l = estimate_layer(c, il, ctx);
+    e.raw_cap = l.raw_cap;
+    e.raw_bytes += l.raw_bytes;
+    e.compressed_bytes += l.compressed_bytes;
+    e.frontier_bytes += l.frontier_bytes;
   }
   return e;
 }

@@ -44,6 +44,9 @@ class KvState {
 
   /// Bytes a session of `ctx` tokens needs (what the constructor allocates, spec §4.1).
   static KvEstimate estimate(const Config& config, int64_t ctx);
+  /// The same plan for layer `il` alone (the sum over layers is estimate()); used to place
+  /// layers on devices. Throws ds4::Error if il >= n_layer.
+  static KvEstimate estimate_layer(const Config& config, uint32_t il, int64_t ctx);
 
   /// Forgets every token (rings zeroed, compressors reset).
   void reset();
