@@ -75,4 +75,26 @@ static inline float hmax(__m256 v) {
   return _mm_cvtss_f32(m);
 }
 
+/// Q2_K: sum over the 16 sub-blocks of min_j * bsum_j (the block's min correction, exact).
+static inline int32_t q2_k_min_sum(const uint8_t* scales, const int16_t* bsums) {
+  const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales));
+  const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm_set1_epi8(0x0f)));
+  const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsums));
+  return hsum_i32(_mm256_madd_epi16(bs, mins));
+}
+
+/// IQ2_XXS: sub-block k's 32 grid magnitudes and sign bytes (0xff = negative, 0 = positive)
+/// from its 8 bytes `a` (4 grid indices, then 4 x 7 sign bits and a 4-bit scale).
+static inline void iq2_xxs_gather(const uint32_t a[2], const uint64_t* grid,
+                                  const uint64_t* sign_bytes, __m256i* g, __m256i* sign) {
+  *g = _mm256_set_epi64x(static_cast<long long>(grid[a[0] >> 24]),
+                         static_cast<long long>(grid[(a[0] >> 16) & 255]),
+                         static_cast<long long>(grid[(a[0] >> 8) & 255]),
+                         static_cast<long long>(grid[a[0] & 255]));
+  *sign = _mm256_set_epi64x(static_cast<long long>(sign_bytes[(a[1] >> 21) & 127]),
+                            static_cast<long long>(sign_bytes[(a[1] >> 14) & 127]),
+                            static_cast<long long>(sign_bytes[(a[1] >> 7) & 127]),
+                            static_cast<long long>(sign_bytes[a[1] & 127]));
+}
+
 }  // namespace ds4::quant::simd

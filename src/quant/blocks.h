@@ -81,4 +81,17 @@ static_assert(sizeof(BlockMxfp4) == ggml_type_info(39)->block_bytes);
 static_assert(kQKMxfp4 == static_cast<int>(ggml_type_info(39)->block_elems));
 static_assert(sizeof(BlockQ8_0Act) == 36);
 
+/// Q4_K 6-bit scale and min of sub-block j of the 12 packed scale bytes `s` (spec §5.4).
+/// `static inline`: the ISA-specific kernel files include this header too, and each must keep
+/// its own copy (see avx2_util.h).
+static inline void scale_min_k4(int j, const uint8_t* s, int* sc, int* mn) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *mn = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
 }  // namespace ds4::quant

@@ -29,15 +29,6 @@ void affine16(__m128i codes, float dl, float ml, float* y) {
                                         vml));
 }
 
-void scale_min_k4(int j, const uint8_t* s, int* sc, int* mn) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *mn = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
 
 }  // namespace
 

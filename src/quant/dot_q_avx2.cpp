@@ -42,16 +42,6 @@ float dot_blocks32(int64_t nb, Block block) {
   return simd::reduce_lanes8(acc);
 }
 
-// Q4_K 6-bit scale and min of sub-block j (spec §5.4).
-void scale_min_k4(int j, const uint8_t* s, int* sc, int* mn) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *mn = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
 
 }  // namespace
 
@@ -89,11 +79,7 @@ float dot_q2_k(const void* w, const void* act, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const BlockQ2_K& x = wb[b];
     const BlockQ8_K& y = yb[b];
-    const __m128i sc8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4),
-                                                            _mm_set1_epi8(0x0f)));
-    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums));
-    const int32_t summs = simd::hsum_i32(_mm256_madd_epi16(bsums, mins));
+    const int32_t summs = simd::q2_k_min_sum(x.scales, y.bsums);
 
     __m256i isum = _mm256_setzero_si256();
     for (int k = 0; k < 2; ++k) {
@@ -166,12 +152,8 @@ float dot_iq2_xxs(const void* w, const void* act, int64_t n) {
       std::memcpy(a, wb[b].qs + 4 * k, 8);
       const uint64_t* grid = kIq2xxs.grid;
       const uint64_t* sb = kIq2xxs.sign_bytes;
-      const __m256i g = _mm256_set_epi64x(
-          static_cast<long long>(grid[a[0] >> 24]), static_cast<long long>(grid[(a[0] >> 16) & 255]),
-          static_cast<long long>(grid[(a[0] >> 8) & 255]), static_cast<long long>(grid[a[0] & 255]));
-      const __m256i sign = _mm256_set_epi64x(
-          static_cast<long long>(sb[(a[1] >> 21) & 127]), static_cast<long long>(sb[(a[1] >> 14) & 127]),
-          static_cast<long long>(sb[(a[1] >> 7) & 127]), static_cast<long long>(sb[a[1] & 127]));
+      __m256i g, sign;
+      simd::iq2_xxs_gather(a, grid, sb, &g, &sign);
       const __m256i yq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(yb[b].qs + 32 * k));
       // 0xff lanes negate y, 0x01 lanes keep it (y in [-127, 127] cannot overflow).
       const __m256i sy = _mm256_sign_epi8(yq, _mm256_or_si256(sign, one));

@@ -11,16 +11,6 @@ namespace ds4::quant::ref {
 
 namespace {
 
-// 6-bit scale and min of sub-block j from the 12 packed bytes (spec §5.4).
-void scale_min_k4(int j, const uint8_t* s, int* sc, int* mn) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *mn = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-    *mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
 
 // Element i's 4-bit code: sub-block j = i/32 uses the low (j even) or high (j odd) nibble of
 // qs[32*(j/2) + i%32].
