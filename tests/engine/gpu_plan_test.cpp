@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
+#include <cstdio>
+
 #include "common/error.h"
 #include "gguf/reader.h"
 #include "model/kv_state.h"
@@ -83,6 +85,9 @@ TEST(GpuPlanFootprint, FlashRecipesMatchPublishedSizes) {
     const auto type_of = [&](const model::TensorSpec& s) { return model::recipe_type(s, recipe); };
     const ModelFootprint fp = model_footprint(c, type_of, 1);
     const double gib = static_cast<double>(fp.total() + fp.embedding_bytes) / kGiB;
+    std::printf("Flash %s: %.2f GiB of weights (embedding %.2f GiB)\n",
+                std::string(model::recipe_name(recipe)).c_str(), gib,
+                static_cast<double>(fp.embedding_bytes) / kGiB);
     EXPECT_GT(gib, lo) << model::recipe_name(recipe);
     EXPECT_LT(gib, hi) << model::recipe_name(recipe);
   }
