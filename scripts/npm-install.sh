@@ -3,11 +3,18 @@
 # Exits 0 with a marker file <prefix>/REGISTRY_UNREACHABLE when the npm registry cannot be
 # reached (the tests that need the packages then skip, saying why); any other failure exits
 # non-zero so those tests fail loudly.
-#   usage: npm-install.sh <prefix> NAME@VERSION...    e.g. npm-install.sh build/npm openai@6.49.0
+#   usage: npm-install.sh <prefix> [--npm-option...] NAME@VERSION...
+#   e.g.   npm-install.sh build/npm openai@6.49.0
+#          npm-install.sh build/npm-llama --omit=optional node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1
+# Arguments starting with "--" are passed to `npm install` (e.g. --omit=optional, which keeps
+# npm from fetching every optional prebuilt binary package of the platform).
 set -uo pipefail
 prefix=$1; shift
-pkgs=("$@")
-[ ${#pkgs[@]} -gt 0 ] || { echo "usage: npm-install.sh <prefix> NAME@VERSION..." >&2; exit 2; }
+pkgs=(); opts=()
+for a in "$@"; do
+  case $a in --*) opts+=("$a") ;; *) pkgs+=("$a") ;; esac
+done
+[ ${#pkgs[@]} -gt 0 ] || { echo "usage: npm-install.sh <prefix> [--npm-option...] NAME@VERSION..." >&2; exit 2; }
 marker=$prefix/REGISTRY_UNREACHABLE
 mkdir -p "$prefix"
 rm -f "$marker"
@@ -35,7 +42,7 @@ if ! npm ping --fetch-retries=1 --fetch-timeout=20000 >"$prefix/ping.log" 2>&1; 
   cat "$marker"
   exit 0
 fi
-if ! npm install --prefix "$prefix" --no-audit --no-fund --fetch-retries=2 "${pkgs[@]}"; then
+if ! npm install --prefix "$prefix" --no-audit --no-fund --fetch-retries=2 ${opts[@]+"${opts[@]}"} "${pkgs[@]}"; then
   echo "npm-install: 'npm install ${pkgs[*]}' failed although the registry answers ping" >&2
   exit 1
 fi

@@ -171,13 +171,16 @@ class Session:
     angles, cos and sin computed in f32 exactly as the CPU reference does (spec §3.4.3; see
     ops.RopeParams) instead of float64. guide: optional guide.Guide holding another
     implementation's trace; its near-tie roundings and selections are adopted (parity runs).
+    fp8_kv / indexer_fp4: False drops the FP8 simulation of attention KV rows (§3.4.4) / the
+    FP4 simulation of indexer queries and rows (§3.4.7, the Hadamard stays); ds4 does both,
+    llama.cpp's deepseek4 does neither (cross-checks: llama_crosscheck.py, docs/parity.md).
 
     decode(token) -> float64 logits [n_vocab]; prefill(tokens) -> [n, n_vocab].
     ValueError for token ids outside the vocabulary; GGUFError for hash-routing tables with
     expert ids out of range."""
 
     def __init__(self, model, simulate_activation_quant=False, kv_f16="cpu", record=False,
-                 rope_f32=False, guide=None):
+                 rope_f32=False, guide=None, fp8_kv=True, indexer_fp4=True):
         if kv_f16 not in ("cpu", "gpu", "none"):
             raise ValueError("kv_f16 must be 'cpu', 'gpu' or 'none', got %r" % (kv_f16,))
         self.m = model
@@ -190,6 +193,8 @@ class Session:
         self.ropes = (model.ropes if not rope_f32 else
                       [self.cfg.rope(il, f32_angles=True) for il in range(self.cfg.n_layer)])
         self.guide = guide
+        self.fp8 = (lambda y: kvsim.fp8_kv_simulate(y, self.cfg.n_nope)) if fp8_kv else (lambda y: y)
+        self.fp4 = kvsim.fp4_blocks if indexer_fp4 else (lambda y: y)
         self.trace = []
         self.tokens = []
         self.pos = 0
@@ -303,7 +308,7 @@ class Session:
         kv = rms_norm(self.mv(b + "attn_kv.weight", h), cfg.rms_eps, self.vec(b + "attn_kv_a_norm.weight"))
 
         def kv_round(y):
-            y = kvsim.fp8_kv_simulate(y, cfg.n_nope)
+            y = self.fp8(y)
             return kvsim.round_f16(y) if self.round_raw else y
         kv = self._quant(p + "attn.kv", rope_tail(kv, pos, rope), kv_round)
         kv = self._put(p + "attn.kv", kv)
@@ -349,9 +354,9 @@ class Session:
         row = rms_norm(pool, self.cfg.rms_eps, self.vec(prefix + "_norm.weight"))
         row = rope_tail(row, pos + 1 - state.R, rope)
         if kind == "attn":
-            rnd = lambda y: kvsim.fp8_kv_simulate(y, self.cfg.n_nope)
+            rnd = self.fp8
         else:
-            row, rnd = kvsim.hadamard(row), kvsim.fp4_blocks    # indexer_qat in two steps
+            row, rnd = kvsim.hadamard(row), self.fp4            # indexer_qat in two steps
         if self.round_comp:
             return self._quant(trace_name, row, lambda y: kvsim.round_f16(rnd(y)))
         return self._quant(trace_name, row, rnd)
@@ -362,7 +367,7 @@ class Session:
         cfg, b, p = self.cfg, "blk.%d." % il, "l%d." % il
         qi = self.mv(b + "indexer.attn_q_b.weight", qr_n).reshape(cfg.n_idx_head, cfg.idx_head_dim)
         qi = self._quant(p + "idx.q", kvsim.hadamard(rope_tail(qi, pos, self.ropes[il])),
-                         kvsim.fp4_blocks)              # indexer_qat in two steps
+                         self.fp4)                      # indexer_qat in two steps
         qi = self._put(p + "idx.q", qi)
         w = self.mv(b + "indexer.proj.weight", h) * cfg.idx_scale
         scores = self._put(p + "idx.scores", w @ np.maximum(qi @ idx_rows.T, 0.0))

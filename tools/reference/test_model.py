@@ -298,6 +298,24 @@ class TinyModelTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             Session(self.model, kv_f16="fp8")
 
+    def test_without_fp8_and_fp4(self):
+        # llama.cpp's semantics (llama_crosscheck.py): no FP8 on KV rows, no FP4 on the
+        # indexer, no f16 storage; the Hadamard of indexer rows stays.
+        c = self.model.cfg
+        toks = self.tokens[:40]
+        s = Session(self.model, kv_f16="none", fp8_kv=False, indexer_fp4=False, record=True)
+        logits = s.prefill(toks)
+        kv = s.trace[39]["l2.attn.kv"]
+        self.assertFalse(np.array_equal(kv[:c.n_nope], kvsim.fp8_kv_simulate(kv, c.n_nope)[:c.n_nope]))
+        q = s.trace[39]["l2.idx.q"]
+        self.assertFalse(np.array_equal(q, kvsim.fp4_blocks(q)))
+        row = s.trace[39]["l2.idx.comp_row"]
+        self.assertFalse(np.array_equal(row, kvsim.fp4_blocks(row)))
+        # Position 0 differs only by the FP8/f16 roundings of one KV row per layer.
+        self.assertTrue(np.all(np.isfinite(logits)))
+        d0 = np.linalg.norm(logits[0] - self.logits[0]) / np.linalg.norm(self.logits[0])
+        self.assertTrue(0 < d0 < 0.2, d0)
+
     def test_token_out_of_range(self):
         s = Session(self.model)
         with self.assertRaisesRegex(ValueError, "outside the vocabulary"):
