@@ -41,52 +41,87 @@ void ModelGenerator::save_live(SaveReason reason) {
                 reason);
 }
 
-int64_t ModelGenerator::prepare(std::span<const int32_t> prompt, const std::function<void()>& tick) {
+Prepared ModelGenerator::prepare(std::span<const int32_t> prompt, std::string_view prompt_text,
+                                 const std::function<void()>& tick) {
+  // The alias describes the frontier before the lazily evaluated tail; take it before clearing.
+  std::optional<VisibleAlias> alias = std::move(alias_);
+  alias_.reset();
   pending_.reset();
+  eos_sampled_ = false;
   decoder_.finish();
   const ProgressFn progress = [&](int64_t, int64_t) {
     if (tick) tick();
   };
-  std::vector<int32_t> effective(prompt.begin(), prompt.end());
-  if (cache_) {
+  const auto& tok = engine_.tokenizer();
+  PrefixPlan plan = plan_prefix(tok, session_.tokens(), alias, prompt, prompt_text, session_.ctx());
+  Prepared out;
+  out.step = plan.step;
+  std::vector<int32_t> effective = std::move(plan.tokens);
+  auto common_with_live = [&](std::span<const int32_t> t) {
     const auto& live = session_.tokens();
-    size_t common = 0;
-    while (common < live.size() && common < prompt.size() && live[common] == prompt[common]) ++common;
+    size_t c = 0;
+    while (c < live.size() && c < t.size() && live[c] == t[c]) ++c;
+    return c;
+  };
+  bool cold = false;
+  if (cache_ && static_cast<int64_t>(common_with_live(effective)) < cache_->options().min_tokens) {
     const int64_t min = cache_->options().min_tokens;
-    if (static_cast<int64_t>(common) < min) {
-      save_live(SaveReason::evict);
-      const auto& tok = engine_.tokenizer();
-      const std::string text = tok.decode(prompt);
-      auto hit = cache_->lookup(text);
-      if (hit && hit->tokens > common) {
-        try {
-          session_.load(hit->payload);
-        } catch (const Error&) {
-          cache_->remove(hit->text);  // corrupt or for another model shape: never retry it
-          session_.reset();
-          hit.reset();
-        }
-      } else {
+    save_live(SaveReason::evict);
+    const size_t common = common_with_live(prompt);
+    const std::string text = prompt_text.empty() ? tok.decode(prompt) : std::string(prompt_text);
+    auto hit = cache_->lookup(text);
+    if (hit && hit->tokens > common) {
+      try {
+        session_.load(hit->payload);
+      } catch (const Error&) {
+        cache_->remove(hit->text);  // corrupt or for another model shape: never retry it
+        session_.reset();
         hit.reset();
       }
-      if (hit) {
-        effective = session_.tokens();
-        const auto rest = tok.encode_with_specials(std::string_view(text).substr(hit->text.size()));
-        effective.insert(effective.end(), rest.begin(), rest.end());
-        if (static_cast<int64_t>(effective.size()) >= session_.ctx())
-          effective.assign(prompt.begin(), prompt.end());
-      } else if (placement_.cold_max_tokens > 0 && static_cast<int64_t>(prompt.size()) >= min &&
-                 static_cast<int64_t>(prompt.size()) <= placement_.cold_max_tokens) {
+    } else {
+      hit.reset();
+    }
+    if (hit) {
+      out.disk_hit = true;
+      out.step = ReuseStep::none;
+      effective = session_.tokens();
+      const auto rest = tok.encode_with_specials(std::string_view(text).substr(hit->text.size()));
+      effective.insert(effective.end(), rest.begin(), rest.end());
+      if (static_cast<int64_t>(effective.size()) >= session_.ctx())
+        effective.assign(prompt.begin(), prompt.end());
+    } else {
+      effective.assign(prompt.begin(), prompt.end());
+      out.step = ReuseStep::none;
+      if (placement_.cold_max_tokens > 0 && static_cast<int64_t>(prompt.size()) >= min &&
+          static_cast<int64_t>(prompt.size()) <= placement_.cold_max_tokens) {
         const tok::SpecialTokens sp = tok.special_tokens();
         const int64_t at = cold_save_point(prompt, sp.user, sp.assistant, min, placement_);
         if (at > 0 && at < static_cast<int64_t>(prompt.size())) {
           session_.sync(prompt.subspan(0, static_cast<size_t>(at)), chunk_, progress);
           save_live(SaveReason::cold);
+          cold = true;  // computed by this request: not a reuse
         }
       }
     }
   }
-  return session_.sync(effective, chunk_, progress);
+  // Session::sync re-evaluates from the start when it has to drop live tokens (no truncation in
+  // the backend), so only an extension of the live tokens is a real reuse.
+  const size_t live_before = session_.tokens().size();
+  const size_t common = common_with_live(effective);
+  const int64_t synced = session_.sync(effective, chunk_, progress);
+  out.prompt_tokens = static_cast<int64_t>(effective.size());
+  out.reused = !cold && common >= live_before && common < effective.size() ? synced : 0;
+  return out;
+}
+
+void ModelGenerator::remember_visible(std::string visible_text) {
+  VisibleAlias a;
+  a.text = std::move(visible_text);
+  a.live_tokens = session_.tokens().size();
+  if (pending_) a.tail.push_back(*pending_);
+  if (!eos_sampled_) return;  // only a turn that ended with EOS has a rendered equivalent
+  a.tail.push_back(eos_);
+  alias_ = std::move(a);
 }
 
 void ModelGenerator::on_shutdown() {
@@ -100,7 +135,10 @@ GenStep ModelGenerator::next(Sampler& sampler) {
     pending_.reset();
   }
   const int32_t id = sampler.sample(session_.logits());
-  if (id == eos_) return {true, {}};
+  if (id == eos_) {
+    eos_sampled_ = true;
+    return {true, {}};
+  }
   pending_ = id;
   return {false, decoder_.push(id)};
 }
@@ -113,21 +151,25 @@ int64_t ModelGenerator::remaining() const {
 
 void ModelGenerator::invalidate() {
   pending_.reset();
+  alias_.reset();
   session_.reset();
 }
 
 ScriptedGenerator::ScriptedGenerator(std::vector<std::string> pieces, int64_t ctx, bool eos_at_end)
     : pieces_(std::move(pieces)), ctx_(ctx), eos_at_end_(eos_at_end) {}
 
-int64_t ScriptedGenerator::prepare(std::span<const int32_t> prompt, const std::function<void()>& tick) {
+Prepared ScriptedGenerator::prepare(std::span<const int32_t> prompt, std::string_view prompt_text,
+                                    const std::function<void()>& tick) {
   if (tick) tick();
   size_t common = 0;
   while (common < live_.size() && common < prompt.size() && live_[common] == prompt[common]) ++common;
   if (common == prompt.size() && common > 0) --common;
   live_.assign(prompt.begin(), prompt.end());
+  last_text_ = prompt_text;
   used_ = static_cast<int64_t>(prompt.size());
   at_ = 0;
-  return static_cast<int64_t>(common);
+  return {static_cast<int64_t>(prompt.size()), static_cast<int64_t>(common),
+          common > 0 ? ReuseStep::token_prefix : ReuseStep::none, false};
 }
 
 GenStep ScriptedGenerator::next(Sampler&) {

@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "server/kv_disk_cache.h"
+#include "server/prefix_reuse.h"
 #include "engine/sampler.h"
 #include "engine/session.h"
 #include "tokenizer/stream_decoder.h"
@@ -20,6 +21,14 @@ namespace ds4::server {
 
 /// Thrown by a Generator's `tick` callback to abandon a prefill (client gone, shutdown).
 struct Cancelled {};
+
+/// What prepare() did.
+struct Prepared {
+  int64_t prompt_tokens = 0;  ///< tokens of the prompt as evaluated (the plan's tokens)
+  int64_t reused = 0;         ///< of those, tokens taken from the live session or a disk snapshot
+  ReuseStep step = ReuseStep::none;
+  bool disk_hit = false;      ///< the prefix came from the disk cache
+};
 
 /// One generation step's output.
 struct GenStep {
@@ -31,10 +40,15 @@ struct GenStep {
 class Generator {
  public:
   virtual ~Generator() = default;
-  /// Makes the state hold exactly `prompt` (tokens, shorter than ctx), reusing what it can and
-  /// always evaluating at least one token; returns the number of reused prompt tokens. Calls
-  /// `tick` between prefill chunks; `tick` may throw Cancelled, which propagates.
-  virtual int64_t prepare(std::span<const int32_t> prompt, const std::function<void()>& tick) = 0;
+  /// Makes the state hold `prompt` (tokens of `prompt_text`, shorter than ctx), reusing what it
+  /// can (prefix_reuse.h: the live tokens may stand for the start of the text) and always
+  /// evaluating at least one token. Calls `tick` between prefill chunks; `tick` may throw
+  /// Cancelled, which propagates. `reused` counts only tokens that were not evaluated again.
+  virtual Prepared prepare(std::span<const int32_t> prompt, std::string_view prompt_text,
+                           const std::function<void()>& tick) = 0;
+  /// The turn just generated ended with EOS after closed reasoning: `visible_text` is the
+  /// thinking-visible key of the live frontier (prefix_reuse.h VisibleAlias). Default: ignored.
+  virtual void remember_visible(std::string visible_text) { (void)visible_text; }
   /// Samples the next token with `sampler` and returns its text.
   virtual GenStep next(Sampler& sampler) = 0;
   /// Ends the turn: returns held-back bytes of an incomplete character (as U+FFFD) or "".
@@ -68,7 +82,9 @@ class ModelGenerator final : public Generator {
   ModelGenerator(Engine& engine, int64_t ctx, int64_t prefill_chunk = 256,
                  KvDiskCache* cache = nullptr, KvPlacement placement = {});
 
-  int64_t prepare(std::span<const int32_t> prompt, const std::function<void()>& tick) override;
+  Prepared prepare(std::span<const int32_t> prompt, std::string_view prompt_text,
+                   const std::function<void()>& tick) override;
+  void remember_visible(std::string visible_text) override;
   GenStep next(Sampler& sampler) override;
   std::string flush() override;
   int64_t remaining() const override;
@@ -93,6 +109,8 @@ class ModelGenerator final : public Generator {
   KvDiskCache* cache_;
   KvPlacement placement_;
   std::optional<int32_t> pending_;  // sampled, not yet evaluated
+  bool eos_sampled_ = false;        // the last turn ended with EOS (not evaluated either)
+  std::optional<VisibleAlias> alias_;
   tok::StreamDecoder decoder_;
 };
 
@@ -102,9 +120,12 @@ class ModelGenerator final : public Generator {
 class ScriptedGenerator final : public Generator {
  public:
   ScriptedGenerator(std::vector<std::string> pieces, int64_t ctx, bool eos_at_end = true);
-  int64_t prepare(std::span<const int32_t> prompt, const std::function<void()>& tick) override;
+  Prepared prepare(std::span<const int32_t> prompt, std::string_view prompt_text,
+                   const std::function<void()>& tick) override;
   GenStep next(Sampler& sampler) override;
   std::string flush() override { return {}; }
+  /// The text of the last prepared prompt.
+  const std::string& last_prompt_text() const { return last_text_; }
   int64_t remaining() const override { return ctx_ - used_; }
   void invalidate() override { live_.clear(); }
   /// Replaces the script (the next prepare() starts it from the beginning).
@@ -117,6 +138,7 @@ class ScriptedGenerator final : public Generator {
   int64_t used_ = 0;
   bool eos_at_end_;
   std::vector<int32_t> live_;
+  std::string last_text_;
 };
 
 }  // namespace ds4::server

@@ -2,6 +2,12 @@
 
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
@@ -26,6 +32,46 @@ const char* status_text(int status) {
     default: return "request failed";
   }
 }
+
+// The socket of the connection `req` arrived on. httplib 0.11 does not hand it to handlers, so it
+// is found among the process's descriptors by its address pair (the connection stays open while
+// the handler runs, so the descriptor cannot be reused meanwhile). -1 when not found.
+int find_connection_socket(const httplib::Request& req) {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = -1;
+  while (const dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    sockaddr_in local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0 ||
+        local.sin_family != AF_INET || ntohs(local.sin_port) != req.local_port)
+      continue;
+    if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0 ||
+        ntohs(peer.sin_port) != req.remote_port)
+      continue;
+    char ip[INET_ADDRSTRLEN] = {};
+    if (!::inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof ip) || req.remote_addr != ip) continue;
+    found = static_cast<int>(fd);
+    break;
+  }
+  ::closedir(d);
+  return found;
+}
+
+// True when the peer closed (or reset) the connection. The request was read completely, so
+// readable bytes can only be a FIN (recv 0) or data the client sent after it (still there).
+bool peer_gone(int fd) {
+  char c;
+  const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return true;
+  if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  return false;
+}
+
+constexpr int kDisconnectPollMs = 100;
 
 }  // namespace
 
@@ -177,21 +223,40 @@ void HttpServer::install_routes() {
   });
 
   auto generation = [this](Api api, const char* name) {
-    return [this, api, name](const httplib::Request& req, httplib::Response& res) {
+    return [this, api, name](const httplib::Request& req, httplib::Response& res,
+                             const httplib::ContentReader& reader) {
       {
         std::lock_guard lock(mu_);
         ++requests_[name];
       }
-      // httplib enforces the limit on Content-Length bodies (413 before this handler) but not on
-      // chunked uploads, which it buffers whole: refuse those here.
-      if (req.body.size() > options_.max_body_bytes) {
+      // The body is read here, not by httplib: httplib 0.11 checks its payload limit against
+      // Content-Length only and would buffer a chunked upload whole. Reading stops at the limit,
+      // so at most max_body_bytes are ever held (Content-Length bodies over the limit are
+      // refused by httplib before any byte is kept).
+      std::string raw;
+      bool too_large = false;
+      const bool read_ok = reader([&](const char* data, size_t n) {
+        if (raw.size() + n > options_.max_body_bytes) {
+          too_large = true;
+          return false;
+        }
+        raw.append(data, n);
+        return true;
+      });
+      if (too_large || res.status == 413 || (!read_ok && raw.size() >= options_.max_body_bytes)) {
         ApiError e(413, "request body too large (limit " + std::to_string(options_.max_body_bytes) + " bytes)");
         res.status = 413;
         res.set_content(dump_json(error_body_for(api, e)), "application/json");
         count_status(413);
         return;
       }
-      const std::string& raw = req.body;
+      if (!read_ok) {
+        ApiError e(400, "bad HTTP request");
+        res.status = 400;
+        res.set_content(dump_json(error_body_for(api, e)), "application/json");
+        count_status(400);
+        return;
+      }
       std::unique_ptr<Adapter> adapter;
       std::shared_ptr<Job> job;
       try {
@@ -205,6 +270,14 @@ void HttpServer::install_routes() {
         return;
       }
       if (!adapter->stream()) {
+        // Nothing is written until the result is ready, so a client that leaves is noticed by
+        // polling its socket: the job is cancelled (prefill and generation stop promptly).
+        const int fd = find_connection_socket(req);
+        std::vector<GenEvent> ignored;
+        while (!job->wait_events(ignored, kDisconnectPollMs)) {
+          ignored.clear();
+          if (fd >= 0 && !job->cancelled() && peer_gone(fd)) job->cancel();
+        }
         const GenResult& r = job->wait();
         if (r.failed_early) {
           ApiError e(r.error_status == 499 ? 500 : r.error_status, r.error);

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -151,7 +153,29 @@ KvDiskCache::KvDiskCache(KvCacheOptions options) : options_(std::move(options)) 
   if (ec || !std::filesystem::is_directory(options_.dir))
     fail("kv cache: cannot create {}: {}", options_.dir, ec ? ec.message() : "not a directory");
   ::chmod(options_.dir.c_str(), 0700);
+  sweep();
   evict();
+}
+
+void KvDiskCache::sweep() {
+  DIR* d = ::opendir(options_.dir.c_str());
+  if (!d) return;
+  std::vector<std::string> doomed;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const size_t tmp = name.find(".kv.tmp.");
+    if (tmp == 40 && is_cache_name(name.substr(0, 43))) {
+      // A temp file of a writer that died (kill -9 mid-write) or of an earlier process with
+      // our pid; a live writer's file is left alone.
+      const long pid = std::strtol(name.c_str() + 48, nullptr, 10);
+      if (pid <= 0 || pid == ::getpid() || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH))
+        doomed.push_back(name);
+    } else if (is_cache_name(name) && !read_entry(options_.dir + "/" + name)) {
+      doomed.push_back(name);  // bad header or shorter than its header says: never usable
+    }
+  }
+  ::closedir(d);
+  for (const auto& n : doomed) ::unlink((options_.dir + "/" + n).c_str());
 }
 
 std::string KvDiskCache::path_for(std::string_view key_text) const {

@@ -72,7 +72,9 @@ struct KvHit {
 /// The cache folder. Not thread-safe (the core's worker is its only user).
 class KvDiskCache {
  public:
-  /// Creates the folder if needed and evicts down to the budget. Throws ds4::Error when the
+  /// Creates the folder if needed, removes what a crashed writer left (temp files of dead
+  /// processes, `.kv` files whose header is invalid or that are shorter than it says) and evicts
+  /// down to the budget. Throws ds4::Error when the
   /// folder cannot be created or the options are invalid (quant bits, min tokens < 1).
   explicit KvDiskCache(KvCacheOptions options);
 
@@ -103,6 +105,7 @@ class KvDiskCache {
 
  private:
   std::string path_for(std::string_view key_text) const;
+  void sweep();
   KvCacheOptions options_;
 };
 

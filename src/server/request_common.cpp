@@ -214,7 +214,13 @@ std::vector<int32_t> render_and_tokenize(const ServerInfo& info, const ojson& co
   ro.ctx = info.ctx;
   std::string text;
   try {
-    text = chat::render_prompt(conversation, ro);
+    if (info.tool_memory && conversation.is_object() && conversation.contains("messages")) {
+      ojson replayed = conversation;
+      apply_exact_replay(replayed["messages"], *info.tool_memory);
+      text = chat::render_prompt(replayed, ro);
+    } else {
+      text = chat::render_prompt(conversation, ro);
+    }
   } catch (const Error& e) {
     bad(e.what());
   }
