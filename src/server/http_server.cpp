@@ -72,6 +72,29 @@ bool peer_gone(int fd) {
 }
 
 constexpr int kDisconnectPollMs = 100;
+constexpr int kListenBacklog = 128;  // product-surface §3.1
+
+// httplib 0.11 listens with a backlog of 5, which overflows when many clients connect at once
+// (connections then stall for a SYN retry or are reset). Linux lets listen() be called again on
+// the listening socket to raise it; the socket is found by its port and SO_ACCEPTCONN.
+void raise_listen_backlog(int port) {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return;
+  while (const dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    sockaddr_in local{};
+    socklen_t ll = sizeof local;
+    int accepting = 0;
+    socklen_t al = sizeof accepting;
+    if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &ll) == 0 &&
+        local.sin_family == AF_INET && ntohs(local.sin_port) == port &&
+        ::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &accepting, &al) == 0 && accepting)
+      ::listen(static_cast<int>(fd), kListenBacklog);
+  }
+  ::closedir(d);
+}
 
 }  // namespace
 
@@ -84,8 +107,8 @@ HttpServer::HttpServer(Core& core, ServerInfo info, HttpOptions options)
   http_->set_payload_max_length(options_.max_body_bytes);
   // One request per connection, as ds4 does (product-surface §3.1: Connection: close).
   http_->set_keep_alive_max_count(1);
-  http_->set_read_timeout(10, 0);
-  http_->set_write_timeout(10, 0);
+  http_->set_read_timeout(options_.io_timeout_s, 0);
+  http_->set_write_timeout(options_.io_timeout_s, 0);
   install_routes();
 }
 
@@ -100,6 +123,7 @@ void HttpServer::bind() {
       fail("cannot bind {}:{} (address in use or not an IPv4 address)", options_.host, options_.port);
     port_ = options_.port;
   }
+  raise_listen_backlog(port_);
 }
 
 bool HttpServer::run() { return http_->listen_after_bind(); }
@@ -293,9 +317,10 @@ void HttpServer::install_routes() {
       count_status(200);
       std::shared_ptr<Adapter> shared(std::move(adapter));
       ++streams_open_;
+      const int fd = find_connection_socket(req);
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, job, shared](size_t, httplib::DataSink& sink) {
+          [this, job, shared, fd](size_t, httplib::DataSink& sink) {
             auto last_write = std::chrono::steady_clock::now();
             auto write = [&](const std::string& s) {
               if (s.empty()) return true;
@@ -318,12 +343,18 @@ void HttpServer::install_routes() {
             // the job waits in the queue and prefills.
             Usage usage;
             bool prepared = false;
+            // The socket is also polled, so a client that leaves while its job waits in the queue
+            // or prefills is noticed within kDisconnectPollMs, not at the next keepalive.
             for (;;) {
-              if (job->wait_prepared(usage, kKeepaliveMs)) {
+              if (job->wait_prepared(usage, kDisconnectPollMs)) {
                 prepared = true;
                 break;
               }
               if (job->done()) break;  // failed before the prefill finished
+              if (fd >= 0 && peer_gone(fd)) {
+                job->cancel();
+                return false;
+              }
               if (!keepalive("prefill")) return false;
             }
             if (prepared && !write(shared->stream_begin(usage))) return false;

@@ -4,6 +4,11 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <regex>
 #include <thread>
 
@@ -670,6 +675,50 @@ TEST(HttpServerTest, ChunkedBodyBoundedByTheLimit) {
       "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
+  core.shutdown();
+  http.stop();
+  server.join();
+}
+
+// A client that trickles its request (headers or body never complete) is dropped by the socket
+// receive deadline (failure-modes item 13); the server keeps serving others meanwhile.
+TEST(HttpServerTest, SlowClientsAreCutOffByTheDeadline) {
+  auto gen = std::make_unique<ScriptedGenerator>(std::vector<std::string>{"x"}, 4096);
+  Core core(std::move(gen), {});
+  auto tokenizer = Engine::open_tokenizer(DS4_BINARY_DIR "/models/ds4-tiny-q2.gguf");
+  ServerInfo info;
+  info.tokenizer = tokenizer.get();
+  info.ctx = 4096;
+  HttpServer http(core, info, {.host = "127.0.0.1", .port = 0, .cors = false, .api_key = "",
+                               .max_body_bytes = 1u << 20, .threads = 4, .io_timeout_s = 1});
+  http.bind();
+  std::thread server([&] { http.run(); });
+  auto seconds_until_closed = [&](const std::string& partial) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(http.port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{15, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(::send(fd, partial.data(), partial.size(), MSG_NOSIGNAL), static_cast<ssize_t>(partial.size()));
+    char buf[512];
+    while (::recv(fd, buf, sizeof buf, 0) > 0) {
+    }
+    ::close(fd);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double head = seconds_until_closed("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le");
+  const double body = seconds_until_closed(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"messages\":");
+  EXPECT_GE(head, 0.9);
+  EXPECT_LT(head, 5.0);
+  EXPECT_GE(body, 0.9);
+  EXPECT_LT(body, 5.0);
+  httplib::Client c("127.0.0.1", http.port());
+  EXPECT_EQ(c.Get("/health")->status, 200);
   core.shutdown();
   http.stop();
   server.join();
