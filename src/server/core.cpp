@@ -278,6 +278,12 @@ void Core::run_job(Job& job) {
 
   try {
     Sampler sampler(req.sampling);
+    // §3.3: structural bytes of a DSML tool call are sampled at temperature 0; payload bytes
+    // (string parameter bodies, JSON strings) keep the request's settings. Decided per token
+    // from the parser state before it.
+    SamplerSettings greedy_settings = req.sampling;
+    greedy_settings.temperature = 0;
+    Sampler greedy(greedy_settings);
     while (!done) {
       if (job.cancelled()) {
         res.finish = FinishReason::error;
@@ -293,7 +299,9 @@ void Core::run_job(Job& job) {
         res.finish = FinishReason::length;
         break;
       }
-      GenStep step = gen_->next(sampler);
+      const bool structural = req.parse_output && req.parse_tool_calls && parser.inside_tool_block() &&
+                              !parser.inside_payload();
+      GenStep step = gen_->next(structural ? greedy : sampler);
       ++generated;
       if (step.eos) {
         res.finish = FinishReason::stop;

@@ -166,13 +166,15 @@ Prepared ScriptedGenerator::prepare(std::span<const int32_t> prompt, std::string
   if (common == prompt.size() && common > 0) --common;
   live_.assign(prompt.begin(), prompt.end());
   last_text_ = prompt_text;
+  temperatures_.clear();
   used_ = static_cast<int64_t>(prompt.size());
   at_ = 0;
   return {static_cast<int64_t>(prompt.size()), static_cast<int64_t>(common),
           common > 0 ? ReuseStep::token_prefix : ReuseStep::none, false};
 }
 
-GenStep ScriptedGenerator::next(Sampler&) {
+GenStep ScriptedGenerator::next(Sampler& sampler) {
+  temperatures_.push_back(sampler.settings().temperature);
   if (at_ >= pieces_.size()) return {eos_at_end_, {}};
   ++used_;
   return {false, pieces_[at_++]};

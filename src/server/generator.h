@@ -126,6 +126,8 @@ class ScriptedGenerator final : public Generator {
   std::string flush() override { return {}; }
   /// The text of the last prepared prompt.
   const std::string& last_prompt_text() const { return last_text_; }
+  /// The sampler temperature of every step of the last job.
+  const std::vector<float>& temperatures() const { return temperatures_; }
   int64_t remaining() const override { return ctx_ - used_; }
   void invalidate() override { live_.clear(); }
   /// Replaces the script (the next prepare() starts it from the beginning).
@@ -139,6 +141,7 @@ class ScriptedGenerator final : public Generator {
   bool eos_at_end_;
   std::vector<int32_t> live_;
   std::string last_text_;
+  std::vector<float> temperatures_;
 };
 
 }  // namespace ds4::server

@@ -724,5 +724,40 @@ TEST(HttpServerTest, SlowClientsAreCutOffByTheDeadline) {
   server.join();
 }
 
+// §3.3: inside a tool block, structural tokens are sampled greedily and payload tokens with the
+// request's settings (the parser state before each token decides).
+TEST(Core, ToolStructureIsSampledGreedily) {
+  const std::vector<std::string> script = {
+      "Hm.</think>Ok.\n\n<｜DSML｜tool_calls>\n",               // 0: before the block: 1
+      "<｜DSML｜invoke name=\"f\">\n",                           // 1: in the block: 0
+      "<｜DSML｜parameter name=\"s\" string=\"true\">",          // 2: 0
+      "Par", "is",                                               // 3, 4: string body: 1
+      "</｜DSML｜parameter>\n",                                  // 5: still in the body: 1
+      "<｜DSML｜parameter name=\"o\" string=\"false\">{\"k\": ", // 6: 0
+      "\"v",                                                     // 7: before a JSON string: 0
+      "al\"",                                                    // 8: inside it: 1
+      ", \"n\": 3}",                                             // 9: after it: 0
+      "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"};  // 10: 0
+  auto gen = std::make_unique<ScriptedGenerator>(script, 4096);
+  ScriptedGenerator* g = gen.get();
+  Core core(std::move(gen), {});
+  GenRequest req;
+  req.prompt = {1};
+  req.starts_in_thinking = true;
+  req.parse_tool_calls = true;
+  req.max_tokens = 100;
+  req.sampling.temperature = 1;
+  const GenResult r = core.submit(req)->wait();
+  EXPECT_EQ(r.finish, FinishReason::tool_calls);
+  ASSERT_EQ(r.output.tool_calls.size(), 1u);
+  EXPECT_EQ(r.output.tool_calls[0].arguments, "{\"s\":\"Paris\",\"o\":{\"k\":\"val\",\"n\":3}}");
+  const std::vector<float> expected = {1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0};
+  EXPECT_EQ(g->temperatures(), expected);
+  // Without tools the same text is content: every token uses the request's settings.
+  req.parse_tool_calls = false;
+  core.submit(req)->wait();
+  EXPECT_EQ(g->temperatures(), std::vector<float>(script.size() + 1, 1.0f));
+}
+
 }  // namespace
 }  // namespace ds4::server
