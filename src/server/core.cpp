@@ -321,6 +321,7 @@ void Core::run_job(Job& job) {
       }
       forward(safe);
       drain();
+      if (!req.parse_output || !parser.inside_tool_block()) gen_->checkpoint();  // §4.3 continued save
       if (req.parse_output && parser.closed_tool_blocks() > 0) {
         res.finish = FinishReason::tool_calls;
         break;

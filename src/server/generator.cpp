@@ -7,13 +7,21 @@
 
 namespace ds4::server {
 
+int64_t continued_save_step(int64_t interval, int64_t align) {
+  if (interval <= 0) return 0;
+  if (align <= 0) return interval;
+  return (interval + align - 1) / align * align;
+}
+
 ModelGenerator::ModelGenerator(Engine& engine, int64_t ctx, int64_t prefill_chunk,
-                               KvDiskCache* cache, KvPlacement placement)
+                               KvDiskCache* cache, KvPlacement placement, ToolMemory* tools)
     : engine_(engine),
       session_(engine.config(), engine.backend(), ctx),
       chunk_(prefill_chunk),
       cache_(cache),
       placement_(placement),
+      tools_(tools),
+      continued_step_(continued_save_step(placement.continued_tokens, placement.align_tokens)),
       decoder_(engine.tokenizer()) {
   const auto eos = engine.tokenizer().find_token(tok::kEosToken);
   if (!eos) fail("the model's vocabulary has no end-of-sentence token {}", tok::kEosToken);
@@ -37,8 +45,33 @@ int64_t ModelGenerator::cold_save_point(std::span<const int32_t> prompt, int32_t
 void ModelGenerator::save_live(SaveReason reason) {
   const auto& live = session_.tokens();
   if (!cache_ || static_cast<int64_t>(live.size()) < cache_->options().min_tokens) return;
-  cache_->store(engine_.tokenizer().decode(live), static_cast<uint32_t>(live.size()), session_.save(),
-                reason);
+  const std::string text = engine_.tokenizer().decode(live);
+  const auto tools = tools_ ? tools_->blocks_in(text) : std::vector<ToolBlock>();
+  if (cache_->store(text, static_cast<uint32_t>(live.size()), session_.save(), reason, tools))
+    last_saved_ = static_cast<int64_t>(live.size());
+}
+
+void ModelGenerator::sync_with_saves(std::span<const int32_t> tokens, const ProgressFn& progress) {
+  if (cache_ && continued_step_ > 0) {
+    const int64_t min = cache_->options().min_tokens;
+    const auto n = static_cast<int64_t>(tokens.size());
+    const auto& live = session_.tokens();
+    int64_t common = 0;
+    while (common < static_cast<int64_t>(live.size()) && common < n && live[common] == tokens[common]) ++common;
+    for (int64_t at = (common / continued_step_ + 1) * continued_step_; at < n; at += continued_step_) {
+      if (at < min || at <= last_saved_) continue;
+      session_.sync(tokens.subspan(0, static_cast<size_t>(at)), chunk_, progress);
+      save_live(SaveReason::continued);
+    }
+  }
+  session_.sync(tokens, chunk_, progress);
+}
+
+void ModelGenerator::checkpoint() {
+  if (!cache_ || continued_step_ <= 0) return;
+  const auto n = static_cast<int64_t>(session_.tokens().size());
+  if (n % continued_step_ == 0 && n > last_saved_ && n >= cache_->options().min_tokens)
+    save_live(SaveReason::continued);
 }
 
 Prepared ModelGenerator::prepare(std::span<const int32_t> prompt, std::string_view prompt_text,
@@ -82,6 +115,9 @@ Prepared ModelGenerator::prepare(std::span<const int32_t> prompt, std::string_vi
       hit.reset();
     }
     if (hit) {
+      if (tools_)
+        for (const auto& t : hit->tools) tools_->remember(t);
+      last_saved_ = hit->tokens;
       out.disk_hit = true;
       out.step = ReuseStep::none;
       effective = session_.tokens();
@@ -108,7 +144,9 @@ Prepared ModelGenerator::prepare(std::span<const int32_t> prompt, std::string_vi
   // the backend), so only an extension of the live tokens is a real reuse.
   const size_t live_before = session_.tokens().size();
   const size_t common = common_with_live(effective);
-  const int64_t synced = session_.sync(effective, chunk_, progress);
+  if (static_cast<int64_t>(common) < last_saved_) last_saved_ = static_cast<int64_t>(common);
+  const int64_t synced = static_cast<int64_t>(std::min(common, effective.size() - 1));
+  sync_with_saves(effective, progress);
   out.prompt_tokens = static_cast<int64_t>(effective.size());
   out.reused = !cold && common >= live_before && common < effective.size() ? synced : 0;
   return out;
@@ -152,6 +190,7 @@ int64_t ModelGenerator::remaining() const {
 void ModelGenerator::invalidate() {
   pending_.reset();
   alias_.reset();
+  last_saved_ = 0;
   session_.reset();
 }
 

@@ -59,6 +59,8 @@ class Generator {
   virtual void invalidate() = 0;
   /// Called once after the last job (graceful shutdown): persist what is worth keeping.
   virtual void on_shutdown() {}
+  /// Called between generated tokens outside tool calls: a chance for a continued save (§4.3).
+  virtual void checkpoint() {}
 };
 
 /// Disk-cache placement knobs of ModelGenerator (ds4-server --kv-cache-* flags, §3.9).
@@ -66,7 +68,12 @@ struct KvPlacement {
   int64_t cold_max_tokens = 30000;  ///< cold-save prompts of length [min, this]; 0 disables
   int64_t trim_tokens = 32;         ///< tail trimmed before a cold save
   int64_t align_tokens = 2048;      ///< save boundary alignment; 0 disables
+  int64_t continued_tokens = 10000; ///< continued-save interval (rounded up to align); 0 disables
 };
+
+/// The continued-save step (§4.3): `interval` rounded up to a multiple of `align` (10000 with
+/// align 2048 -> 10240); 0 when interval is 0.
+int64_t continued_save_step(int64_t interval, int64_t align);
 
 /// The real generator: one ds4::Session of `ctx` tokens on the engine's backend. A sampled token
 /// is evaluated lazily (at the next step), so a turn that ends never pays for an unused decode.
@@ -80,11 +87,13 @@ class ModelGenerator final : public Generator {
   /// Allocates the session. Throws ds4::Error when it cannot be allocated or the vocabulary has
   /// no end-of-sentence token. `cache` (may be null) must outlive the generator.
   ModelGenerator(Engine& engine, int64_t ctx, int64_t prefill_chunk = 256,
-                 KvDiskCache* cache = nullptr, KvPlacement placement = {});
+                 KvDiskCache* cache = nullptr, KvPlacement placement = {},
+                 ToolMemory* tools = nullptr);
 
   Prepared prepare(std::span<const int32_t> prompt, std::string_view prompt_text,
                    const std::function<void()>& tick) override;
   void remember_visible(std::string visible_text) override;
+  void checkpoint() override;
   GenStep next(Sampler& sampler) override;
   std::string flush() override;
   int64_t remaining() const override;
@@ -101,6 +110,8 @@ class ModelGenerator final : public Generator {
 
  private:
   void save_live(SaveReason reason);
+  /// Prefills `tokens` (extending the live ones), stopping at each continued-save boundary.
+  void sync_with_saves(std::span<const int32_t> tokens, const ProgressFn& progress);
 
   Engine& engine_;
   Session session_;
@@ -108,6 +119,9 @@ class ModelGenerator final : public Generator {
   int32_t eos_;
   KvDiskCache* cache_;
   KvPlacement placement_;
+  ToolMemory* tools_;
+  int64_t continued_step_ = 0;
+  int64_t last_saved_ = 0;          // length of the last snapshot of the live session
   std::optional<int32_t> pending_;  // sampled, not yet evaluated
   bool eos_sampled_ = false;        // the last turn ended with EOS (not evaluated either)
   std::optional<VisibleAlias> alias_;

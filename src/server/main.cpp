@@ -29,7 +29,7 @@ struct Flags {
   bool cors = false;
   std::string api_key;
   size_t max_queue = 0;
-  // Disk KV cache (product-surface §2.2, §4); continued saves are not implemented.
+  // Disk KV cache (product-surface §2.2, §4).
   std::string kv_disk_dir;
   int64_t kv_disk_space_mb = 4096, kv_min = 512, kv_cold_max = 30000, kv_continued = 10000,
           kv_trim = 32, kv_align = 2048;
@@ -133,6 +133,7 @@ int main(int argc, char** argv) {
     }
     ds4::server::ServerInfo info;
     info.tool_memory = tools.get();
+    info.kv_disk_dir = f.kv_disk_dir;
     info.tokenizer = &engine->tokenizer();
     info.ctx = f.ctx;
     info.default_max_tokens = f.tokens;
@@ -140,7 +141,8 @@ int main(int argc, char** argv) {
         std::make_unique<ds4::server::ModelGenerator>(
             *engine, f.ctx, 256, cache.get(),
             ds4::server::KvPlacement{.cold_max_tokens = f.kv_cold_max, .trim_tokens = f.kv_trim,
-                                     .align_tokens = f.kv_align}),
+                                     .align_tokens = f.kv_align, .continued_tokens = f.kv_continued},
+            tools.get()),
         {.max_queue = f.max_queue, .tool_memory = tools.get(), .trace = trace});
     ds4::server::HttpServer http(core, info, {.host = f.host, .port = f.port, .cors = f.cors,
                                               .api_key = f.api_key, .max_body_bytes = 64u << 20,

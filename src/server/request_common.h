@@ -29,6 +29,9 @@ struct ServerInfo {
   /// Exact DSML replay map (§3.9); null = always render tool calls canonically
   /// (--disable-exact-dsml-tool-replay).
   ToolMemory* tool_memory = nullptr;
+  /// --kv-disk-dir (or ""): tool ids the memory does not know are looked up in the KTM sections
+  /// of its snapshots before rendering (a restarted server replays what it sampled before).
+  std::string kv_disk_dir;
 };
 
 /// Maximum JSON nesting depth of a request body (product-surface §3.2).

@@ -1,5 +1,6 @@
 #include "server/tool_memory.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "chat/dsml.h"
@@ -56,19 +57,23 @@ std::optional<std::string> ToolMemory::block_for(const std::vector<std::string>&
   return block->dsml;
 }
 
-std::vector<ToolBlock> ToolMemory::blocks_in(std::string_view text) const {
+std::vector<ToolBlock> ToolMemory::blocks_in(std::string_view text, size_t max_blocks) const {
   std::lock_guard lock(mu_);
   std::vector<ToolBlock> out;
   std::vector<const ToolBlock*> seen;
-  for (const auto& [id, e] : map_) {
-    const ToolBlock* b = e.block.get();
-    bool dup = false;
-    for (const auto* s : seen) dup = dup || s == b;
-    if (dup) continue;
+  for (const auto& id : lru_) {
+    const ToolBlock* b = map_.at(id).block.get();
+    if (std::find(seen.begin(), seen.end(), b) != seen.end()) continue;
+    if (seen.size() >= max_blocks) break;
     seen.push_back(b);
     if (text.find(b->dsml) != std::string_view::npos) out.push_back(*b);
   }
   return out;
+}
+
+bool ToolMemory::has(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  return map_.count(id) > 0;
 }
 
 size_t ToolMemory::ids() const {

@@ -47,9 +47,14 @@ class ToolMemory {
   /// block has other calls too.
   std::optional<std::string> block_for(const std::vector<std::string>& ids);
 
-  /// Every remembered block whose bytes occur in `text` (the KTM section of a disk snapshot,
-  /// §4.2: only entries whose DSML appears in the key text are stored).
-  std::vector<ToolBlock> blocks_in(std::string_view text) const;
+  /// The remembered blocks whose bytes occur in `text`, among the `max_blocks` most recently
+  /// used ones (the KTM section of a disk snapshot, §4.2: only entries whose DSML appears in the
+  /// key text are stored; the blocks of the live session are the recent ones, and the bound keeps
+  /// a save from searching a 100000-id map).
+  std::vector<ToolBlock> blocks_in(std::string_view text, size_t max_blocks = 256) const;
+
+  /// True when `id` is remembered.
+  bool has(const std::string& id) const;
 
   size_t ids() const;
   size_t bytes() const;

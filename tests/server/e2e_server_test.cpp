@@ -936,6 +936,57 @@ TEST(E2EProcess, KillNineDuringDiskWrites) {
   std::filesystem::remove_all(dir);
 }
 
+// §4.3 continued saves: with an interval of 16 tokens, the live session is saved when it reaches
+// 16 during prefill and 32 and 48 while generating; after a kill -9 (no shutdown save) a new
+// server reuses the 16-token snapshot that prefixes the same prompt.
+TEST(E2EProcess, ContinuedSaves) {
+  const std::string dir = "/tmp/ds4_kv_cont_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  const std::vector<std::string> args = {"-c", "512", "--kv-disk-dir", dir, "--kv-cache-min-tokens", "8",
+                                         "--kv-cache-cold-max-tokens", "0",
+                                         "--kv-cache-continued-interval-tokens", "16",
+                                         "--kv-cache-boundary-align-tokens", "0"};
+  const std::string body = json{{"messages", {{{"role", "user"}, {"content", "Tell me a story about a lighthouse keeper"}}}},
+                                {"max_tokens", 32}, {"temperature", 0}, {"thinking", {{"type", "disabled"}}},
+                                {"stop", "never-in-this-output"}}.dump();
+  int prompt_tokens = 0, generated = 0;
+  {
+    ServerProcess server(args);
+    ASSERT_GT(server.port(), 0) << server.log();
+    httplib::Client c("127.0.0.1", server.port());
+    c.set_read_timeout(60, 0);
+    auto r = c.Post("/v1/chat/completions", body, "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const auto j = json::parse(r->body);
+    prompt_tokens = j["usage"]["prompt_tokens"];
+    generated = j["usage"]["completion_tokens"];
+    server.kill9();
+  }
+  ASSERT_GT(prompt_tokens, 16);
+  ASSERT_LT(prompt_tokens, 32);
+  std::vector<uint32_t> saved;
+  for (const auto& f : kv_files(dir)) {
+    EXPECT_EQ(f.reason, 2);  // continued
+    saved.push_back(f.tokens);
+  }
+  std::sort(saved.begin(), saved.end());
+  std::vector<uint32_t> expect;
+  // Evaluated tokens: the prompt and every sampled token but the last one.
+  for (int at = 16; at <= prompt_tokens + generated - 1; at += 16) expect.push_back(static_cast<uint32_t>(at));
+  EXPECT_EQ(saved, expect);
+  {
+    ServerProcess server(args);
+    ASSERT_GT(server.port(), 0) << server.log();
+    httplib::Client c("127.0.0.1", server.port());
+    c.set_read_timeout(60, 0);
+    auto r = c.Post("/v1/chat/completions", body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(json::parse(r->body)["usage"]["prompt_tokens_details"]["cached_tokens"], 16) << r->body;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(E2EProcess, BadFlagsExit2) {
   for (std::vector<std::string> args : {std::vector<std::string>{"--port", "99999"},
                                         std::vector<std::string>{"--no-such-flag"},
