@@ -140,6 +140,10 @@ class ScriptedGenerator final : public Generator {
   std::string flush() override { return {}; }
   /// The text of the last prepared prompt.
   const std::string& last_prompt_text() const { return last_text_; }
+  /// Records the key (tests compare it with the next request's rendering).
+  void remember_visible(std::string visible_text) override { visible_ = std::move(visible_text); }
+  /// The last thinking-visible key the core reported ("" if none).
+  const std::string& last_visible() const { return visible_; }
   /// The sampler temperature of every step of the last job.
   const std::vector<float>& temperatures() const { return temperatures_; }
   int64_t remaining() const override { return ctx_ - used_; }
@@ -156,6 +160,7 @@ class ScriptedGenerator final : public Generator {
   std::vector<int32_t> live_;
   std::string last_text_;
   std::vector<float> temperatures_;
+  std::string visible_;
 };
 
 }  // namespace ds4::server

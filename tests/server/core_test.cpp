@@ -759,5 +759,38 @@ TEST(Core, ToolStructureIsSampledGreedily) {
   EXPECT_EQ(g->temperatures(), std::vector<float>(script.size() + 1, 1.0f));
 }
 
+// §3.9 step 5: after a thinking answer that ended with EOS, the key the core reports for the
+// live frontier is exactly how the next request (chat and Anthropic) renders that turn, with its
+// reasoning dropped.
+TEST_F(ScriptedServer, ThinkingVisibleKeyIsTheNextRendering) {
+  using oj = nlohmann::ordered_json;
+  oj chat = {{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "2+2?"}}}}};
+  auto r = post("/v1/chat/completions", chat, "Add them.</think>It is 4.");
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string key = gen_->last_visible();
+  ASSERT_FALSE(key.empty());
+  chat["messages"].push_back(oj::parse(r->body)["choices"][0]["message"]);
+  chat["messages"].push_back({{"role", "user"}, {"content", "And 3+3?"}});
+  ASSERT_EQ(post("/v1/chat/completions", chat, "6")->status, 200);
+  EXPECT_TRUE(gen_->last_prompt_text().starts_with(key)) << key << "\n---\n" << gen_->last_prompt_text();
+  EXPECT_EQ(gen_->last_prompt_text().find("Add them."), std::string::npos);  // dropped
+
+  oj msg = {{"model", "deepseek-v4-flash"}, {"max_tokens", 100}, {"thinking", {{"type", "enabled"}, {"budget_tokens", 50}}},
+            {"messages", {{{"role", "user"}, {"content", "2+2?"}}}}};
+  r = post("/v1/messages", msg, "Add.</think>Four.");
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string akey = gen_->last_visible();
+  msg["messages"].push_back({{"role", "assistant"}, {"content", oj::parse(r->body)["content"]}});
+  msg["messages"].push_back({{"role", "user"}, {"content", "More?"}});
+  ASSERT_EQ(post("/v1/messages", msg, "No.")->status, 200);
+  EXPECT_TRUE(gen_->last_prompt_text().starts_with(akey)) << akey << "\n---\n" << gen_->last_prompt_text();
+  // A turn cut by max_tokens inside the reasoning reports no key.
+  gen_->remember_visible("");
+  oj cut = chat;
+  cut["max_tokens"] = 2;
+  post("/v1/chat/completions", cut, "Still thinking and thinking");
+  EXPECT_EQ(gen_->last_visible(), "");
+}
+
 }  // namespace
 }  // namespace ds4::server
