@@ -463,6 +463,9 @@ TEST_F(ScriptedServer, ToolChoiceNoneLeavesDsmlAsContent) {
   EXPECT_FALSE(msg.contains("tool_calls"));
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
   EXPECT_NE(msg["content"].get<std::string>().find("<｜DSML｜invoke name=\"get_weather\">"), std::string::npos);
+  // tool_choice none: no tool schemas in the prompt (failure-modes item 2).
+  EXPECT_EQ(gen_->last_prompt_text().find("## Tools"), std::string::npos);
+  EXPECT_EQ(gen_->last_prompt_text().find("get_weather"), std::string::npos);
 }
 
 TEST_F(ScriptedServer, ContentThatLooksLikeThinkingStaysContentInChatMode) {
