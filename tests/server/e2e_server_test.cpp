@@ -950,8 +950,11 @@ TEST(E2EProcess, ContinuedSaves) {
                                 {"max_tokens", 32}, {"temperature", 0}, {"thinking", {{"type", "disabled"}}},
                                 {"stop", "never-in-this-output"}}.dump();
   int prompt_tokens = 0, generated = 0;
+  const std::string trace = dir + ".trace";
   {
-    ServerProcess server(args);
+    auto traced = args;
+    traced.insert(traced.end(), {"--trace", trace});
+    ServerProcess server(traced);
     ASSERT_GT(server.port(), 0) << server.log();
     httplib::Client c("127.0.0.1", server.port());
     c.set_read_timeout(60, 0);
@@ -965,6 +968,16 @@ TEST(E2EProcess, ContinuedSaves) {
   }
   ASSERT_GT(prompt_tokens, 16);
   ASSERT_LT(prompt_tokens, 32);
+  {  // --trace: one record per job with the counts, the reuse decision and the prompt text
+    std::ifstream f(trace);
+    const std::string t((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_NE(t.find("=== job: prompt " + std::to_string(prompt_tokens) + " tokens, reused 0 (none), generated " +
+                     std::to_string(generated)),
+              std::string::npos)
+        << t;
+    EXPECT_NE(t.find("lighthouse keeper<｜Assistant｜></think>"), std::string::npos) << t;
+    std::filesystem::remove(trace);
+  }
   std::vector<uint32_t> saved;
   for (const auto& f : kv_files(dir)) {
     EXPECT_EQ(f.reason, 2);  // continued
