@@ -617,8 +617,10 @@ std::string http_body(const std::string& reply) {
 // a hang; one of eight streams a long generation and hangs up after the first bytes. The
 // server's RSS after the second round may exceed the first round's by at most 24 MiB: the model
 // and the session are allocated at start, a request holds at most its body (here < 1 KiB) and
-// its events, and 64 connection threads may each keep a malloc arena of a few MiB; a leak of
-// even 10 KiB per request would pass that bound over the thousands of requests of a round.
+// its events, and the first round already grew the connection threads' stacks and malloc
+// arenas to their working size (measured growth in round two: well under 1 MiB). A round makes
+// about 10000 HTTP requests (mostly 429s and garbage) and a few hundred generations, so a leak
+// of 4 KiB per request or 128 KiB per generation would break the bound.
 TEST(E2EProcess, LoadSixtyFourClients) {
   ServerProcess server({"-c", "256", "--max-queue", "16"});
   ASSERT_GT(server.port(), 0) << server.log();
