@@ -75,6 +75,26 @@ bool OutputParser::inside_tool_block() const {
          state_ == State::value_json || state_ == State::value_undecided;
 }
 
+bool OutputParser::inside_payload() const {
+  if (state_ == State::value_string) return true;
+  if (state_ != State::value_json) return false;
+  bool in_string = false, escaped = false;
+  auto scan = [&](std::string_view text) {
+    for (const char c : text) {
+      if (escaped) {
+        escaped = false;
+      } else if (in_string && c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = !in_string;
+      }
+    }
+  };
+  scan(json_value_);
+  scan(view());  // held back, not yet consumed
+  return in_string;
+}
+
 void OutputParser::feed(std::string_view chunk, std::vector<ParseEvent>& events) {
   if (finished_) return;
   utf8_.feed(chunk, buf_);

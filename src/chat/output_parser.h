@@ -88,6 +88,12 @@ class OutputParser {
   /// True while the parser is inside a tool-call block (between its open and close tags).
   bool inside_tool_block() const;
 
+  /// True while the text fed so far ends inside a parameter's payload: the body of a
+  /// string="true" parameter, or a JSON string inside a string="false" value. Every other byte of
+  /// a tool-call block is structural (tags, headers, JSON punctuation, numbers); the server
+  /// samples those greedily (product-surface §3.3).
+  bool inside_payload() const;
+
   /// Number of tool-call blocks with at least one call that have been closed. The server stops
   /// generation once this becomes non-zero (product-surface §3.7: finish `tool_calls`).
   int closed_tool_blocks() const { return closed_tool_blocks_; }

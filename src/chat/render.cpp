@@ -97,6 +97,7 @@ struct Message {
   ojson tools;            // array of function schemas, or null
   ojson response_format;  // null when absent/falsy
   ojson tool_calls;       // non-empty array, or null
+  std::string dsml_raw;   // ds4 extension: exact sampled block replacing the canonical DSML
   std::string reasoning;
   std::optional<std::string> task;
   bool wo_eos = false;
@@ -205,6 +206,10 @@ Message normalize(const ojson& m, size_t index) {
     if (msg.role != "assistant") fail("chat: {}: tool_calls only belong to assistant messages", msg.where);
     validate_tool_calls(*it, msg.where);
     if (!it->empty()) msg.tool_calls = *it;
+  }
+  if (const auto it = m.find("dsml_raw"); it != m.end() && !it->is_null()) {
+    if (msg.role != "assistant") fail("chat: {}: dsml_raw only belongs to assistant messages", msg.where);
+    msg.dsml_raw = require_string(*it, msg.where, "dsml_raw");
   }
   for (const char* key : {"reasoning_content", "reasoning"}) {
     const auto it = m.find(key);
@@ -405,7 +410,11 @@ std::string render_message(size_t index, const std::vector<Message>& msgs, const
     }
     out += thinking_part;
     out += msg.content;
-    if (!msg.tool_calls.is_null()) out += render_tool_calls_dsml(msg.tool_calls);
+    if (!msg.dsml_raw.empty()) {
+      out += msg.dsml_raw;  // exact replay of what the model sampled (product-surface §3.9)
+    } else if (!msg.tool_calls.is_null()) {
+      out += render_tool_calls_dsml(msg.tool_calls);
+    }
     if (!msg.wo_eos) out += kEos;
   }
 

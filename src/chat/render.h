@@ -59,7 +59,9 @@ struct RenderOptions {
 /// latest_reminder; content: string, null, or an array of {"type": "text", "text": ...} parts
 /// (joined with "\n\n"; tool messages also accept other part types as "[Unsupported TYPE]");
 /// assistant: reasoning_content (or "reasoning"), tool_calls [{id, type, function: {name,
-/// arguments: JSON string or object}}], wo_eos; system/developer: tools, response_format;
+/// arguments: JSON string or object}}], wo_eos, dsml_raw (ds4 server extension: a non-empty
+/// string written verbatim instead of the canonical tool_calls DSML, the exact-replay bytes of
+/// product-surface §3.9); system/developer: tools, response_format;
 /// any: task (action | query | authority | domain | title | read_url), tool_call_id (tool).
 ///
 /// Throws ds4::Error naming the message index for: a non-array/object conversation, unknown

@@ -137,7 +137,7 @@ class Anthropic final : public Adapter {
         tools_on = true;
       }
     }
-    gen_.prompt = render_and_tokenize(info, conversation, mode, "messages");
+    gen_.prompt = render_and_tokenize(info, conversation, mode, "messages", &gen_.prompt_text);
     gen_.starts_in_thinking = thinking;
     gen_.parse_tool_calls = tools_on;
     gen_.sampling = read_sampling(body, thinking, {"temperature", "top_p", "top_k"});

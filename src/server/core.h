@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -18,6 +19,7 @@
 #include "chat/output_parser.h"
 #include "engine/sampler.h"
 #include "server/generator.h"
+#include "server/tool_memory.h"
 
 namespace ds4::server {
 
@@ -30,6 +32,7 @@ const char* finish_reason_name(FinishReason reason);
 /// What the worker generates for one request.
 struct GenRequest {
   std::vector<int32_t> prompt;      ///< rendered and tokenized prompt, size < ctx
+  std::string prompt_text;          ///< the rendered prompt (prefix reuse by text, trace)
   bool starts_in_thinking = false;  ///< the prompt ends with `<think>`
   bool parse_output = true;         ///< false: raw text (legacy completions), no parser
   bool parse_tool_calls = false;    ///< tools were offered: DSML blocks become tool calls
@@ -61,6 +64,8 @@ struct GenResult {
   std::string stop_sequence;        ///< the stop string that ended the text, or ""
   chat::ParsedOutput output;        ///< authoritative parse (raw mode: everything in content)
   std::vector<std::string> tool_ids;  ///< ids of output.tool_calls, same order
+  std::string raw_tool_block;       ///< the sampled DSML block remembered for exact replay, or ""
+  ReuseStep reuse_step = ReuseStep::none;  ///< how the live session was reused
   Usage usage;
   std::string error;                ///< message when finish == error
   /// The job failed before generating anything (prefill error, shutdown while queued):
@@ -124,6 +129,10 @@ struct CoreStats {
 /// Core options.
 struct CoreOptions {
   size_t max_queue = 0;  ///< jobs allowed to wait (not counting the running one); 0 = no limit
+  /// Where sampled tool-call blocks are remembered for exact replay (§3.9); null = not at all.
+  ToolMemory* tool_memory = nullptr;
+  /// --trace: one human-readable record per job (prompt, reuse decision, output), unbuffered.
+  std::FILE* trace = nullptr;
 };
 
 /// The worker. Owns the Generator; start() launches the thread, shutdown() stops it.
@@ -151,6 +160,9 @@ class Core {
 
  private:
   void worker();
+  void remember_turn(const GenRequest& req, GenResult& res, const std::string& sampled, bool eos);
+  void trace_job(const GenRequest& req, const GenResult& res, const Prepared& prep,
+                 const std::string& sampled);
 
   std::unique_ptr<Generator> gen_;
   CoreOptions options_;

@@ -7,13 +7,21 @@
 
 namespace ds4::server {
 
+int64_t continued_save_step(int64_t interval, int64_t align) {
+  if (interval <= 0) return 0;
+  if (align <= 0) return interval;
+  return (interval + align - 1) / align * align;
+}
+
 ModelGenerator::ModelGenerator(Engine& engine, int64_t ctx, int64_t prefill_chunk,
-                               KvDiskCache* cache, KvPlacement placement)
+                               KvDiskCache* cache, KvPlacement placement, ToolMemory* tools)
     : engine_(engine),
       session_(engine.config(), engine.backend(), ctx),
       chunk_(prefill_chunk),
       cache_(cache),
       placement_(placement),
+      tools_(tools),
+      continued_step_(continued_save_step(placement.continued_tokens, placement.align_tokens)),
       decoder_(engine.tokenizer()) {
   const auto eos = engine.tokenizer().find_token(tok::kEosToken);
   if (!eos) fail("the model's vocabulary has no end-of-sentence token {}", tok::kEosToken);
@@ -37,56 +45,121 @@ int64_t ModelGenerator::cold_save_point(std::span<const int32_t> prompt, int32_t
 void ModelGenerator::save_live(SaveReason reason) {
   const auto& live = session_.tokens();
   if (!cache_ || static_cast<int64_t>(live.size()) < cache_->options().min_tokens) return;
-  cache_->store(engine_.tokenizer().decode(live), static_cast<uint32_t>(live.size()), session_.save(),
-                reason);
+  const std::string text = engine_.tokenizer().decode(live);
+  const auto tools = tools_ ? tools_->blocks_in(text) : std::vector<ToolBlock>();
+  if (cache_->store(text, static_cast<uint32_t>(live.size()), session_.save(), reason, tools))
+    last_saved_ = static_cast<int64_t>(live.size());
 }
 
-int64_t ModelGenerator::prepare(std::span<const int32_t> prompt, const std::function<void()>& tick) {
+void ModelGenerator::sync_with_saves(std::span<const int32_t> tokens, const ProgressFn& progress) {
+  if (cache_ && continued_step_ > 0) {
+    const int64_t min = cache_->options().min_tokens;
+    const auto n = static_cast<int64_t>(tokens.size());
+    const auto& live = session_.tokens();
+    int64_t common = 0;
+    while (common < static_cast<int64_t>(live.size()) && common < n && live[common] == tokens[common]) ++common;
+    for (int64_t at = (common / continued_step_ + 1) * continued_step_; at < n; at += continued_step_) {
+      if (at < min || at <= last_saved_) continue;
+      session_.sync(tokens.subspan(0, static_cast<size_t>(at)), chunk_, progress);
+      save_live(SaveReason::continued);
+    }
+  }
+  session_.sync(tokens, chunk_, progress);
+}
+
+void ModelGenerator::checkpoint() {
+  if (!cache_ || continued_step_ <= 0) return;
+  const auto n = static_cast<int64_t>(session_.tokens().size());
+  if (n % continued_step_ == 0 && n > last_saved_ && n >= cache_->options().min_tokens)
+    save_live(SaveReason::continued);
+}
+
+Prepared ModelGenerator::prepare(std::span<const int32_t> prompt, std::string_view prompt_text,
+                                 const std::function<void()>& tick) {
+  // The alias describes the frontier before the lazily evaluated tail; take it before clearing.
+  std::optional<VisibleAlias> alias = std::move(alias_);
+  alias_.reset();
   pending_.reset();
+  eos_sampled_ = false;
   decoder_.finish();
   const ProgressFn progress = [&](int64_t, int64_t) {
     if (tick) tick();
   };
-  std::vector<int32_t> effective(prompt.begin(), prompt.end());
-  if (cache_) {
+  const auto& tok = engine_.tokenizer();
+  PrefixPlan plan = plan_prefix(tok, session_.tokens(), alias, prompt, prompt_text, session_.ctx());
+  Prepared out;
+  out.step = plan.step;
+  std::vector<int32_t> effective = std::move(plan.tokens);
+  auto common_with_live = [&](std::span<const int32_t> t) {
     const auto& live = session_.tokens();
-    size_t common = 0;
-    while (common < live.size() && common < prompt.size() && live[common] == prompt[common]) ++common;
+    size_t c = 0;
+    while (c < live.size() && c < t.size() && live[c] == t[c]) ++c;
+    return c;
+  };
+  bool cold = false;
+  if (cache_ && static_cast<int64_t>(common_with_live(effective)) < cache_->options().min_tokens) {
     const int64_t min = cache_->options().min_tokens;
-    if (static_cast<int64_t>(common) < min) {
-      save_live(SaveReason::evict);
-      const auto& tok = engine_.tokenizer();
-      const std::string text = tok.decode(prompt);
-      auto hit = cache_->lookup(text);
-      if (hit && hit->tokens > common) {
-        try {
-          session_.load(hit->payload);
-        } catch (const Error&) {
-          cache_->remove(hit->text);  // corrupt or for another model shape: never retry it
-          session_.reset();
-          hit.reset();
-        }
-      } else {
+    save_live(SaveReason::evict);
+    const size_t common = common_with_live(prompt);
+    const std::string text = prompt_text.empty() ? tok.decode(prompt) : std::string(prompt_text);
+    auto hit = cache_->lookup(text);
+    if (hit && hit->tokens > common) {
+      try {
+        session_.load(hit->payload);
+      } catch (const Error&) {
+        cache_->remove(hit->text);  // corrupt or for another model shape: never retry it
+        session_.reset();
         hit.reset();
       }
-      if (hit) {
-        effective = session_.tokens();
-        const auto rest = tok.encode_with_specials(std::string_view(text).substr(hit->text.size()));
-        effective.insert(effective.end(), rest.begin(), rest.end());
-        if (static_cast<int64_t>(effective.size()) >= session_.ctx())
-          effective.assign(prompt.begin(), prompt.end());
-      } else if (placement_.cold_max_tokens > 0 && static_cast<int64_t>(prompt.size()) >= min &&
-                 static_cast<int64_t>(prompt.size()) <= placement_.cold_max_tokens) {
+    } else {
+      hit.reset();
+    }
+    if (hit) {
+      if (tools_)
+        for (const auto& t : hit->tools) tools_->remember(t);
+      last_saved_ = hit->tokens;
+      out.disk_hit = true;
+      out.step = ReuseStep::none;
+      effective = session_.tokens();
+      const auto rest = tok.encode_with_specials(std::string_view(text).substr(hit->text.size()));
+      effective.insert(effective.end(), rest.begin(), rest.end());
+      if (static_cast<int64_t>(effective.size()) >= session_.ctx())
+        effective.assign(prompt.begin(), prompt.end());
+    } else {
+      effective.assign(prompt.begin(), prompt.end());
+      out.step = ReuseStep::none;
+      if (placement_.cold_max_tokens > 0 && static_cast<int64_t>(prompt.size()) >= min &&
+          static_cast<int64_t>(prompt.size()) <= placement_.cold_max_tokens) {
         const tok::SpecialTokens sp = tok.special_tokens();
         const int64_t at = cold_save_point(prompt, sp.user, sp.assistant, min, placement_);
         if (at > 0 && at < static_cast<int64_t>(prompt.size())) {
           session_.sync(prompt.subspan(0, static_cast<size_t>(at)), chunk_, progress);
           save_live(SaveReason::cold);
+          cold = true;  // computed by this request: not a reuse
         }
       }
     }
   }
-  return session_.sync(effective, chunk_, progress);
+  // Session::sync re-evaluates from the start when it has to drop live tokens (no truncation in
+  // the backend), so only an extension of the live tokens is a real reuse.
+  const size_t live_before = session_.tokens().size();
+  const size_t common = common_with_live(effective);
+  if (static_cast<int64_t>(common) < last_saved_) last_saved_ = static_cast<int64_t>(common);
+  const int64_t synced = static_cast<int64_t>(std::min(common, effective.size() - 1));
+  sync_with_saves(effective, progress);
+  out.prompt_tokens = static_cast<int64_t>(effective.size());
+  out.reused = !cold && common >= live_before && common < effective.size() ? synced : 0;
+  return out;
+}
+
+void ModelGenerator::remember_visible(std::string visible_text) {
+  VisibleAlias a;
+  a.text = std::move(visible_text);
+  a.live_tokens = session_.tokens().size();
+  if (pending_) a.tail.push_back(*pending_);
+  if (!eos_sampled_) return;  // only a turn that ended with EOS has a rendered equivalent
+  a.tail.push_back(eos_);
+  alias_ = std::move(a);
 }
 
 void ModelGenerator::on_shutdown() {
@@ -100,7 +173,10 @@ GenStep ModelGenerator::next(Sampler& sampler) {
     pending_.reset();
   }
   const int32_t id = sampler.sample(session_.logits());
-  if (id == eos_) return {true, {}};
+  if (id == eos_) {
+    eos_sampled_ = true;
+    return {true, {}};
+  }
   pending_ = id;
   return {false, decoder_.push(id)};
 }
@@ -113,24 +189,31 @@ int64_t ModelGenerator::remaining() const {
 
 void ModelGenerator::invalidate() {
   pending_.reset();
+  alias_.reset();
+  last_saved_ = 0;
   session_.reset();
 }
 
 ScriptedGenerator::ScriptedGenerator(std::vector<std::string> pieces, int64_t ctx, bool eos_at_end)
     : pieces_(std::move(pieces)), ctx_(ctx), eos_at_end_(eos_at_end) {}
 
-int64_t ScriptedGenerator::prepare(std::span<const int32_t> prompt, const std::function<void()>& tick) {
+Prepared ScriptedGenerator::prepare(std::span<const int32_t> prompt, std::string_view prompt_text,
+                                    const std::function<void()>& tick) {
   if (tick) tick();
   size_t common = 0;
   while (common < live_.size() && common < prompt.size() && live_[common] == prompt[common]) ++common;
   if (common == prompt.size() && common > 0) --common;
   live_.assign(prompt.begin(), prompt.end());
+  last_text_ = prompt_text;
+  temperatures_.clear();
   used_ = static_cast<int64_t>(prompt.size());
   at_ = 0;
-  return static_cast<int64_t>(common);
+  return {static_cast<int64_t>(prompt.size()), static_cast<int64_t>(common),
+          common > 0 ? ReuseStep::token_prefix : ReuseStep::none, false};
 }
 
-GenStep ScriptedGenerator::next(Sampler&) {
+GenStep ScriptedGenerator::next(Sampler& sampler) {
+  temperatures_.push_back(sampler.settings().temperature);
   if (at_ >= pieces_.size()) return {eos_at_end_, {}};
   ++used_;
   return {false, pieces_[at_++]};

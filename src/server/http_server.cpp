@@ -2,6 +2,12 @@
 
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
@@ -27,6 +33,69 @@ const char* status_text(int status) {
   }
 }
 
+// The socket of the connection `req` arrived on. httplib 0.11 does not hand it to handlers, so it
+// is found among the process's descriptors by its address pair (the connection stays open while
+// the handler runs, so the descriptor cannot be reused meanwhile). -1 when not found.
+int find_connection_socket(const httplib::Request& req) {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return -1;
+  int found = -1;
+  while (const dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    sockaddr_in local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0 ||
+        local.sin_family != AF_INET || ntohs(local.sin_port) != req.local_port)
+      continue;
+    if (::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0 ||
+        ntohs(peer.sin_port) != req.remote_port)
+      continue;
+    char ip[INET_ADDRSTRLEN] = {};
+    if (!::inet_ntop(AF_INET, &peer.sin_addr, ip, sizeof ip) || req.remote_addr != ip) continue;
+    found = static_cast<int>(fd);
+    break;
+  }
+  ::closedir(d);
+  return found;
+}
+
+// True when the peer closed (or reset) the connection. The request was read completely, so
+// readable bytes can only be a FIN (recv 0) or data the client sent after it (still there).
+bool peer_gone(int fd) {
+  char c;
+  const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return true;
+  if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  return false;
+}
+
+constexpr int kDisconnectPollMs = 100;
+constexpr int kListenBacklog = 128;  // product-surface §3.1
+
+// httplib 0.11 listens with a backlog of 5, which overflows when many clients connect at once
+// (connections then stall for a SYN retry or are reset). Linux lets listen() be called again on
+// the listening socket to raise it; the socket is found by its port and SO_ACCEPTCONN.
+void raise_listen_backlog(int port) {
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return;
+  while (const dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0') continue;
+    sockaddr_in local{};
+    socklen_t ll = sizeof local;
+    int accepting = 0;
+    socklen_t al = sizeof accepting;
+    if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &ll) == 0 &&
+        local.sin_family == AF_INET && ntohs(local.sin_port) == port &&
+        ::getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &accepting, &al) == 0 && accepting)
+      ::listen(static_cast<int>(fd), kListenBacklog);
+  }
+  ::closedir(d);
+}
+
 }  // namespace
 
 HttpServer::HttpServer(Core& core, ServerInfo info, HttpOptions options)
@@ -38,8 +107,8 @@ HttpServer::HttpServer(Core& core, ServerInfo info, HttpOptions options)
   http_->set_payload_max_length(options_.max_body_bytes);
   // One request per connection, as ds4 does (product-surface §3.1: Connection: close).
   http_->set_keep_alive_max_count(1);
-  http_->set_read_timeout(10, 0);
-  http_->set_write_timeout(10, 0);
+  http_->set_read_timeout(options_.io_timeout_s, 0);
+  http_->set_write_timeout(options_.io_timeout_s, 0);
   install_routes();
 }
 
@@ -54,6 +123,7 @@ void HttpServer::bind() {
       fail("cannot bind {}:{} (address in use or not an IPv4 address)", options_.host, options_.port);
     port_ = options_.port;
   }
+  raise_listen_backlog(port_);
 }
 
 bool HttpServer::run() { return http_->listen_after_bind(); }
@@ -177,21 +247,40 @@ void HttpServer::install_routes() {
   });
 
   auto generation = [this](Api api, const char* name) {
-    return [this, api, name](const httplib::Request& req, httplib::Response& res) {
+    return [this, api, name](const httplib::Request& req, httplib::Response& res,
+                             const httplib::ContentReader& reader) {
       {
         std::lock_guard lock(mu_);
         ++requests_[name];
       }
-      // httplib enforces the limit on Content-Length bodies (413 before this handler) but not on
-      // chunked uploads, which it buffers whole: refuse those here.
-      if (req.body.size() > options_.max_body_bytes) {
+      // The body is read here, not by httplib: httplib 0.11 checks its payload limit against
+      // Content-Length only and would buffer a chunked upload whole. Reading stops at the limit,
+      // so at most max_body_bytes are ever held (Content-Length bodies over the limit are
+      // refused by httplib before any byte is kept).
+      std::string raw;
+      bool too_large = false;
+      const bool read_ok = reader([&](const char* data, size_t n) {
+        if (raw.size() + n > options_.max_body_bytes) {
+          too_large = true;
+          return false;
+        }
+        raw.append(data, n);
+        return true;
+      });
+      if (too_large || res.status == 413 || (!read_ok && raw.size() >= options_.max_body_bytes)) {
         ApiError e(413, "request body too large (limit " + std::to_string(options_.max_body_bytes) + " bytes)");
         res.status = 413;
         res.set_content(dump_json(error_body_for(api, e)), "application/json");
         count_status(413);
         return;
       }
-      const std::string& raw = req.body;
+      if (!read_ok) {
+        ApiError e(400, "bad HTTP request");
+        res.status = 400;
+        res.set_content(dump_json(error_body_for(api, e)), "application/json");
+        count_status(400);
+        return;
+      }
       std::unique_ptr<Adapter> adapter;
       std::shared_ptr<Job> job;
       try {
@@ -205,6 +294,14 @@ void HttpServer::install_routes() {
         return;
       }
       if (!adapter->stream()) {
+        // Nothing is written until the result is ready, so a client that leaves is noticed by
+        // polling its socket: the job is cancelled (prefill and generation stop promptly).
+        const int fd = find_connection_socket(req);
+        std::vector<GenEvent> ignored;
+        while (!job->wait_events(ignored, kDisconnectPollMs)) {
+          ignored.clear();
+          if (fd >= 0 && !job->cancelled() && peer_gone(fd)) job->cancel();
+        }
         const GenResult& r = job->wait();
         if (r.failed_early) {
           ApiError e(r.error_status == 499 ? 500 : r.error_status, r.error);
@@ -220,9 +317,10 @@ void HttpServer::install_routes() {
       count_status(200);
       std::shared_ptr<Adapter> shared(std::move(adapter));
       ++streams_open_;
+      const int fd = find_connection_socket(req);
       res.set_chunked_content_provider(
           "text/event-stream",
-          [this, job, shared](size_t, httplib::DataSink& sink) {
+          [this, job, shared, fd](size_t, httplib::DataSink& sink) {
             auto last_write = std::chrono::steady_clock::now();
             auto write = [&](const std::string& s) {
               if (s.empty()) return true;
@@ -245,12 +343,18 @@ void HttpServer::install_routes() {
             // the job waits in the queue and prefills.
             Usage usage;
             bool prepared = false;
+            // The socket is also polled, so a client that leaves while its job waits in the queue
+            // or prefills is noticed within kDisconnectPollMs, not at the next keepalive.
             for (;;) {
-              if (job->wait_prepared(usage, kKeepaliveMs)) {
+              if (job->wait_prepared(usage, kDisconnectPollMs)) {
                 prepared = true;
                 break;
               }
               if (job->done()) break;  // failed before the prefill finished
+              if (fd >= 0 && peer_gone(fd)) {
+                job->cancel();
+                return false;
+              }
               if (!keepalive("prefill")) return false;
             }
             if (prepared && !write(shared->stream_begin(usage))) return false;

@@ -27,6 +27,7 @@ struct HttpOptions {
   std::string api_key;           ///< when set, required as `Authorization: Bearer KEY` or `x-api-key`
   size_t max_body_bytes = 64u << 20;  ///< larger bodies get 413
   int threads = 64;              ///< connection threads
+  int io_timeout_s = 10;         ///< socket send/receive timeout: a client that trickles its request is dropped
 };
 
 /// The server. bind() then run() (blocking) on one thread; stop() from any thread.

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -120,6 +122,44 @@ std::optional<KvHeader> decode_kv_header(std::span<const uint8_t> b) {
   return h;
 }
 
+std::vector<uint8_t> encode_ktm(std::span<const ToolBlock> blocks) {
+  std::vector<uint8_t> out = {'K', 'T', 'M', 1, 0, 0, 0, 0};
+  uint32_t count = 0;
+  for (const auto& b : blocks) {
+    for (const auto& id : b.ids) {
+      const size_t at = out.size();
+      out.resize(at + 8);
+      put(out, at, id.size(), 4);
+      put(out, at + 4, b.dsml.size(), 4);
+      out.insert(out.end(), id.begin(), id.end());
+      out.insert(out.end(), b.dsml.begin(), b.dsml.end());
+      ++count;
+    }
+  }
+  put(out, 4, count, 4);
+  return out;
+}
+
+std::optional<std::vector<ToolBlock>> decode_ktm(std::span<const uint8_t> b) {
+  if (b.size() < 8 || b[0] != 'K' || b[1] != 'T' || b[2] != 'M' || b[3] != 1) return std::nullopt;
+  const uint64_t count = get(b, 4, 4);
+  std::vector<ToolBlock> out;
+  size_t at = 8;
+  for (uint64_t i = 0; i < count; ++i) {
+    if (b.size() - at < 8) return std::nullopt;
+    const uint64_t id_len = get(b, at, 4), dsml_len = get(b, at + 4, 4);
+    at += 8;
+    if (b.size() - at < id_len || b.size() - at - id_len < dsml_len) return std::nullopt;
+    std::string id(reinterpret_cast<const char*>(b.data() + at), id_len);
+    std::string dsml(reinterpret_cast<const char*>(b.data() + at + id_len), dsml_len);
+    at += id_len + dsml_len;
+    auto it = std::find_if(out.begin(), out.end(), [&](const ToolBlock& t) { return t.dsml == dsml; });
+    if (it == out.end()) out.push_back({{std::move(id)}, std::move(dsml)});
+    else it->ids.push_back(std::move(id));
+  }
+  return out;
+}
+
 std::string sha1_hex(std::string_view text) {
   unsigned char md[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
@@ -151,7 +191,29 @@ KvDiskCache::KvDiskCache(KvCacheOptions options) : options_(std::move(options)) 
   if (ec || !std::filesystem::is_directory(options_.dir))
     fail("kv cache: cannot create {}: {}", options_.dir, ec ? ec.message() : "not a directory");
   ::chmod(options_.dir.c_str(), 0700);
+  sweep();
   evict();
+}
+
+void KvDiskCache::sweep() {
+  DIR* d = ::opendir(options_.dir.c_str());
+  if (!d) return;
+  std::vector<std::string> doomed;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const size_t tmp = name.find(".kv.tmp.");
+    if (tmp == 40 && is_cache_name(name.substr(0, 43))) {
+      // A temp file of a writer that died (kill -9 mid-write) or of an earlier process with
+      // our pid; a live writer's file is left alone.
+      const long pid = std::strtol(name.c_str() + 48, nullptr, 10);
+      if (pid <= 0 || pid == ::getpid() || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH))
+        doomed.push_back(name);
+    } else if (is_cache_name(name) && !read_entry(options_.dir + "/" + name)) {
+      doomed.push_back(name);  // bad header or shorter than its header says: never usable
+    }
+  }
+  ::closedir(d);
+  for (const auto& n : doomed) ::unlink((options_.dir + "/" + n).c_str());
 }
 
 std::string KvDiskCache::path_for(std::string_view key_text) const {
@@ -203,9 +265,14 @@ void KvDiskCache::evict(const std::string& protect) {
 }
 
 bool KvDiskCache::store(std::string_view key_text, uint32_t tokens, std::span<const uint8_t> payload,
-                        SaveReason reason) {
+                        SaveReason reason, std::span<const ToolBlock> tools) {
   if (static_cast<int64_t>(tokens) < options_.min_tokens || tokens == 0) return false;
-  const uint64_t size = kKvHeaderBytes + key_text.size() + payload.size();
+  // Only blocks whose bytes are part of the snapshot's text are worth keeping (§4.2).
+  std::vector<ToolBlock> kept;
+  for (const auto& t : tools)
+    if (key_text.find(t.dsml) != std::string_view::npos) kept.push_back(t);
+  const std::vector<uint8_t> ktm = kept.empty() ? std::vector<uint8_t>() : encode_ktm(kept);
+  const uint64_t size = kKvHeaderBytes + key_text.size() + payload.size() + ktm.size();
   if (static_cast<double>(size) * 1.01 > static_cast<double>(options_.budget_bytes)) return false;
   KvHeader h;
   h.quant_bits = options_.quant_bits;
@@ -215,6 +282,7 @@ bool KvDiskCache::store(std::string_view key_text, uint32_t tokens, std::span<co
   h.created = now_seconds();
   h.payload_bytes = payload.size();
   h.text_bytes = static_cast<uint32_t>(key_text.size());
+  if (!ktm.empty()) h.flags |= kKvFlagToolMap;
   const std::string path = path_for(key_text);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -224,6 +292,7 @@ bool KvDiskCache::store(std::string_view key_text, uint32_t tokens, std::span<co
     write_all(fd, head.data(), head.size(), tmp);
     write_all(fd, key_text.data(), key_text.size(), tmp);
     write_all(fd, payload.data(), payload.size(), tmp);
+    if (!ktm.empty()) write_all(fd, ktm.data(), ktm.size(), tmp);
     if (::fsync(fd) != 0) fail("{}: fsync failed: {}", tmp, std::strerror(errno));
   } catch (...) {
     ::close(fd);
@@ -270,6 +339,13 @@ std::optional<KvHit> KvDiskCache::lookup(std::string_view prompt_text) {
     const bool ok = read_exact(fd, hit.text.data(), hit.text.size(), kKvHeaderBytes) &&
                     read_exact(fd, hit.payload.data(), hit.payload.size(),
                                static_cast<off_t>(kKvHeaderBytes + hit.text.size()));
+    const uint64_t ktm_at = kKvHeaderBytes + hit.text.size() + hit.payload.size();
+    if (ok && (c.header.flags & kKvFlagToolMap) && c.file_bytes > ktm_at) {
+      std::vector<uint8_t> ktm(c.file_bytes - ktm_at);
+      if (read_exact(fd, ktm.data(), ktm.size(), static_cast<off_t>(ktm_at))) {
+        if (auto t = decode_ktm(ktm)) hit.tools = std::move(*t);  // a bad map only loses replays
+      }
+    }
     if (!ok || hit.text != prefix) {  // unreadable or a hash collision with other text
       ::close(fd);
       if (!ok) ::unlink(c.path.c_str());
@@ -289,6 +365,38 @@ std::optional<KvHit> KvDiskCache::lookup(std::string_view prompt_text) {
     return hit;
   }
   return std::nullopt;
+}
+
+std::vector<ToolBlock> KvDiskCache::scan_tool_ids(const std::string& dir, const std::vector<std::string>& ids) {
+  std::vector<ToolBlock> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d))
+    if (is_cache_name(e->d_name)) names.emplace_back(e->d_name);
+  ::closedir(d);
+  for (const auto& name : names) {
+    const std::string path = dir + "/" + name;
+    const auto entry = read_entry(path);
+    if (!entry || !(entry->header.flags & kKvFlagToolMap)) continue;
+    const uint64_t at = kKvHeaderBytes + entry->header.text_bytes + entry->header.payload_bytes;
+    if (entry->file_bytes <= at) continue;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    std::vector<uint8_t> ktm(entry->file_bytes - at);
+    const bool ok = read_exact(fd, ktm.data(), ktm.size(), static_cast<off_t>(at));
+    ::close(fd);
+    if (!ok) continue;
+    const auto blocks = decode_ktm(ktm);
+    if (!blocks) continue;
+    for (const auto& b : *blocks) {
+      const bool wanted = std::any_of(b.ids.begin(), b.ids.end(), [&](const std::string& id) {
+        return std::find(ids.begin(), ids.end(), id) != ids.end();
+      });
+      if (wanted) out.push_back(b);
+    }
+  }
+  return out;
 }
 
 void KvDiskCache::remove(std::string_view key_text) { ::unlink(path_for(key_text).c_str()); }

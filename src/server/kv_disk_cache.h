@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "server/tool_memory.h"
+
 namespace ds4::server {
 
 /// Why a snapshot was written (header byte 5).
@@ -55,6 +57,16 @@ std::string sha1_hex(std::string_view text);
 /// hits * 2^(-(now - last_used or created) / 6 h), values below 0.01 counted as 0.
 double kv_eviction_score(const KvHeader& h, uint64_t file_bytes, uint64_t now);
 
+/// Header flag bit 0: a KTM (tool-id map) section follows the payload.
+inline constexpr uint8_t kKvFlagToolMap = 1;
+
+/// The KTM section (§4.2): "KTM", version 1, u32 entry count, then per id: u32 id length, u32
+/// DSML length, id bytes, DSML bytes (ids of one block repeat its DSML).
+std::vector<uint8_t> encode_ktm(std::span<const ToolBlock> blocks);
+/// Parses a KTM section back into blocks (entries with equal DSML form one block, ids in entry
+/// order). nullopt for a bad magic/version or lengths past the end.
+std::optional<std::vector<ToolBlock>> decode_ktm(std::span<const uint8_t> bytes);
+
 /// One file of the cache.
 struct KvEntry {
   std::string path;
@@ -67,12 +79,15 @@ struct KvHit {
   std::string text;
   uint32_t tokens = 0;
   std::vector<uint8_t> payload;
+  std::vector<ToolBlock> tools;  ///< the file's KTM section (empty without one)
 };
 
 /// The cache folder. Not thread-safe (the core's worker is its only user).
 class KvDiskCache {
  public:
-  /// Creates the folder if needed and evicts down to the budget. Throws ds4::Error when the
+  /// Creates the folder if needed, removes what a crashed writer left (temp files of dead
+  /// processes, `.kv` files whose header is invalid or that are shorter than it says) and evicts
+  /// down to the budget. Throws ds4::Error when the
   /// folder cannot be created or the options are invalid (quant bits, min tokens < 1).
   explicit KvDiskCache(KvCacheOptions options);
 
@@ -81,7 +96,7 @@ class KvDiskCache {
   /// Returns false (nothing written) when tokens < min_tokens or the file would not fit the
   /// budget with 1% headroom. Throws ds4::Error on an I/O failure.
   bool store(std::string_view key_text, uint32_t tokens, std::span<const uint8_t> payload,
-             SaveReason reason);
+             SaveReason reason, std::span<const ToolBlock> tools = {});
 
   /// The longest valid snapshot whose key text is a prefix of `prompt_text` (ties: more
   /// tokens), with tokens >= min_tokens, ctx <= the running ctx and, in strict mode, the same
@@ -89,6 +104,11 @@ class KvDiskCache {
   /// cold_max_tokens is consumed (deleted); otherwise its hit count and last-used time are
   /// updated in place. Unreadable files are deleted and skipped.
   std::optional<KvHit> lookup(std::string_view prompt_text);
+
+  /// The tool blocks of every file's KTM section that hold one of `ids` (§3.9: before rendering,
+  /// a restarted server learns the exact DSML of tool calls it sampled before). Reads only;
+  /// safe from any thread while the worker writes (files are replaced by rename).
+  static std::vector<ToolBlock> scan_tool_ids(const std::string& dir, const std::vector<std::string>& ids);
 
   /// Deletes a snapshot (e.g. its payload did not load).
   void remove(std::string_view key_text);
@@ -103,6 +123,7 @@ class KvDiskCache {
 
  private:
   std::string path_for(std::string_view key_text) const;
+  void sweep();
   KvCacheOptions options_;
 };
 

@@ -29,11 +29,14 @@ struct Flags {
   bool cors = false;
   std::string api_key;
   size_t max_queue = 0;
-  // Disk KV cache (product-surface §2.2, §4); continued saves are not implemented.
+  // Disk KV cache (product-surface §2.2, §4).
   std::string kv_disk_dir;
   int64_t kv_disk_space_mb = 4096, kv_min = 512, kv_cold_max = 30000, kv_continued = 10000,
           kv_trim = 32, kv_align = 2048;
   bool kv_reject_quant = false;
+  bool disable_exact_replay = false;
+  size_t tool_memory_max_ids = 100000;
+  std::string trace;
 };
 
 Flags parse(int argc, char** argv) {
@@ -68,6 +71,12 @@ Flags parse(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--kv-cache-reject-different-quant", f.kv_reject_quant,
                "Refuse checkpoints of another expert quantization");
+  app.add_flag("--disable-exact-dsml-tool-replay", f.disable_exact_replay,
+               "Always render tool-call history canonically from JSON");
+  app.add_option("--tool-memory-max-ids", f.tool_memory_max_ids,
+                 "Tool-call ids remembered for exact DSML replay (LRU; 512 MiB cap)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--trace", f.trace, "Append a human-readable trace of every job to FILE");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -112,7 +121,19 @@ int main(int argc, char** argv) {
           .quant_bits = static_cast<uint8_t>(two ? 2 : 4),
           .ctx = f.ctx});
     }
+    std::unique_ptr<ds4::server::ToolMemory> tools;
+    if (!f.disable_exact_replay)
+      tools = std::make_unique<ds4::server::ToolMemory>(
+          ds4::server::ToolMemoryLimits{.max_ids = f.tool_memory_max_ids});
+    std::FILE* trace = nullptr;
+    if (!f.trace.empty()) {
+      trace = std::fopen(f.trace.c_str(), "a");
+      if (!trace) ds4::fail("--trace {}: cannot open for appending", f.trace);
+      std::setvbuf(trace, nullptr, _IONBF, 0);
+    }
     ds4::server::ServerInfo info;
+    info.tool_memory = tools.get();
+    info.kv_disk_dir = f.kv_disk_dir;
     info.tokenizer = &engine->tokenizer();
     info.ctx = f.ctx;
     info.default_max_tokens = f.tokens;
@@ -120,8 +141,9 @@ int main(int argc, char** argv) {
         std::make_unique<ds4::server::ModelGenerator>(
             *engine, f.ctx, 256, cache.get(),
             ds4::server::KvPlacement{.cold_max_tokens = f.kv_cold_max, .trim_tokens = f.kv_trim,
-                                     .align_tokens = f.kv_align}),
-        {.max_queue = f.max_queue});
+                                     .align_tokens = f.kv_align, .continued_tokens = f.kv_continued},
+            tools.get()),
+        {.max_queue = f.max_queue, .tool_memory = tools.get(), .trace = trace});
     ds4::server::HttpServer http(core, info, {.host = f.host, .port = f.port, .cors = f.cors,
                                               .api_key = f.api_key, .max_body_bytes = 64u << 20,
                                               .threads = 64});

@@ -79,7 +79,7 @@ class OpenAIChat final : public Adapter {
         tools_on = true;
       }
     }
-    gen_.prompt = render_and_tokenize(info, conversation, mode, "messages");
+    gen_.prompt = render_and_tokenize(info, conversation, mode, "messages", &gen_.prompt_text);
     gen_.starts_in_thinking = thinking;
     gen_.parse_tool_calls = tools_on;
     gen_.sampling = read_sampling(body, thinking, {"temperature", "top_p", "min_p", "top_k", "seed"});
@@ -195,7 +195,7 @@ class OpenAICompletions final : public Adapter {
     const ojson conversation = ojson::array(
         {{{"role", "system"}, {"content", "You are a helpful assistant"}},
          {{"role", "user"}, {"content", prompt}}});
-    gen_.prompt = render_and_tokenize(info, conversation, mode, "prompt");
+    gen_.prompt = render_and_tokenize(info, conversation, mode, "prompt", &gen_.prompt_text);
     gen_.starts_in_thinking = thinking;
     gen_.parse_output = false;
     gen_.sampling = read_sampling(body, thinking, {"temperature", "top_p", "min_p", "top_k", "seed"});

@@ -1,5 +1,7 @@
 #include "server/request_common.h"
 
+#include "server/kv_disk_cache.h"
+
 #include <cmath>
 
 #include "common/error.h"
@@ -206,6 +208,25 @@ std::vector<int32_t> tokenize_prompt(const ServerInfo& info, std::string_view te
   return tokens;
 }
 
+namespace {
+
+// Ids of assistant tool calls the memory does not know: look for them in the disk snapshots.
+void learn_tool_ids_from_disk(const ojson& messages, const ServerInfo& info) {
+  if (!messages.is_array()) return;
+  std::vector<std::string> unknown;
+  for (const auto& m : messages) {
+    if (!m.is_object() || !m.contains("tool_calls") || !m["tool_calls"].is_array()) continue;
+    for (const auto& c : m["tool_calls"])
+      if (c.is_object() && c.contains("id") && c["id"].is_string() && !info.tool_memory->has(c["id"]))
+        unknown.push_back(c["id"].get<std::string>());
+  }
+  if (unknown.empty()) return;
+  for (const auto& block : KvDiskCache::scan_tool_ids(info.kv_disk_dir, unknown))
+    info.tool_memory->remember(block);
+}
+
+}  // namespace
+
 std::vector<int32_t> render_and_tokenize(const ServerInfo& info, const ojson& conversation,
                                          chat::ThinkMode mode, std::string_view param,
                                          std::string* rendered) {
@@ -214,7 +235,14 @@ std::vector<int32_t> render_and_tokenize(const ServerInfo& info, const ojson& co
   ro.ctx = info.ctx;
   std::string text;
   try {
-    text = chat::render_prompt(conversation, ro);
+    if (info.tool_memory && conversation.is_object() && conversation.contains("messages")) {
+      ojson replayed = conversation;
+      if (!info.kv_disk_dir.empty()) learn_tool_ids_from_disk(replayed["messages"], info);
+      apply_exact_replay(replayed["messages"], *info.tool_memory);
+      text = chat::render_prompt(replayed, ro);
+    } else {
+      text = chat::render_prompt(conversation, ro);
+    }
   } catch (const Error& e) {
     bad(e.what());
   }

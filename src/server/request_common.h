@@ -13,6 +13,7 @@
 
 #include "chat/render.h"
 #include "engine/sampler.h"
+#include "server/tool_memory.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ds4::server {
@@ -25,6 +26,12 @@ struct ServerInfo {
   int64_t ctx = 32768;                        ///< context of the live session (tokens)
   int64_t default_max_tokens = 393216;        ///< --tokens
   std::string model_id = "deepseek-v4-flash";
+  /// Exact DSML replay map (§3.9); null = always render tool calls canonically
+  /// (--disable-exact-dsml-tool-replay).
+  ToolMemory* tool_memory = nullptr;
+  /// --kv-disk-dir (or ""): tool ids the memory does not know are looked up in the KTM sections
+  /// of its snapshots before rendering (a restarted server replays what it sampled before).
+  std::string kv_disk_dir;
 };
 
 /// Maximum JSON nesting depth of a request body (product-surface §3.2).
@@ -81,6 +88,7 @@ std::string read_string(const ojson& body, std::string_view key, std::string fal
 std::string content_text(const ojson& content, std::string_view where);
 
 /// Renders `conversation` (chat::render_prompt input) and tokenizes it with special markers.
+/// Assistant tool calls whose ids info.tool_memory knows are rendered as the exact sampled block.
 /// Throws ApiError 400 for a conversation the renderer rejects, and ApiError 400 with code
 /// context_length_exceeded, param `param`, n_prompt_tokens and n_ctx when tokens >= ctx.
 std::vector<int32_t> render_and_tokenize(const ServerInfo& info, const ojson& conversation,

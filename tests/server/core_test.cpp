@@ -4,9 +4,16 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <regex>
 #include <thread>
 
+#include "chat/dsml.h"
+#include "chat/render.h"
 #include "engine/engine.h"
 #include "server/http_server.h"
 #include "sse.h"
@@ -200,8 +207,10 @@ class ScriptedServer : public ::testing::Test {
     tokenizer_ = Engine::open_tokenizer(DS4_BINARY_DIR "/models/ds4-tiny-q2.gguf").release();
     auto gen = std::make_unique<ScriptedGenerator>(std::vector<std::string>{}, 4096);
     gen_ = gen.get();
-    core_ = new Core(std::move(gen), {});
+    memory_ = new ToolMemory();
+    core_ = new Core(std::move(gen), {.max_queue = 0, .tool_memory = memory_, .trace = nullptr});
     ServerInfo info;
+    info.tool_memory = memory_;
     info.tokenizer = tokenizer_;
     info.ctx = 4096;
     info.default_max_tokens = 1000;
@@ -216,6 +225,7 @@ class ScriptedServer : public ::testing::Test {
     delete thread_;
     delete http_;
     delete core_;
+    delete memory_;
     delete tokenizer_;
   }
   httplib::Result post(const std::string& path, const nlohmann::ordered_json& body, const std::string& script) {
@@ -227,6 +237,7 @@ class ScriptedServer : public ::testing::Test {
   static inline tok::Tokenizer* tokenizer_ = nullptr;
   static inline ScriptedGenerator* gen_ = nullptr;
   static inline Core* core_ = nullptr;
+  static inline ToolMemory* memory_ = nullptr;
   static inline HttpServer* http_ = nullptr;
   static inline std::thread* thread_ = nullptr;
 };
@@ -452,6 +463,9 @@ TEST_F(ScriptedServer, ToolChoiceNoneLeavesDsmlAsContent) {
   EXPECT_FALSE(msg.contains("tool_calls"));
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
   EXPECT_NE(msg["content"].get<std::string>().find("<｜DSML｜invoke name=\"get_weather\">"), std::string::npos);
+  // tool_choice none: no tool schemas in the prompt (failure-modes item 2).
+  EXPECT_EQ(gen_->last_prompt_text().find("## Tools"), std::string::npos);
+  EXPECT_EQ(gen_->last_prompt_text().find("get_weather"), std::string::npos);
 }
 
 TEST_F(ScriptedServer, ContentThatLooksLikeThinkingStaysContentInChatMode) {
@@ -478,6 +492,307 @@ TEST_F(ScriptedServer, ChatUsageChunkOnlyWhenAsked) {
   // Four 3-byte pieces ("a</", "thi", "nk>", "b") and the EOS step.
   EXPECT_EQ(usage["usage"]["completion_tokens"], 5);
   EXPECT_EQ(frames[frames.size() - 3].json()["choices"][0]["finish_reason"], "stop");
+}
+
+}  // namespace
+}  // namespace ds4::server
+
+namespace ds4::server {
+namespace {
+
+// ---- exact DSML replay (product-surface §3.9) through every API ------------------------------
+
+// Model output in a shape the canonical renderer would not write: plain <tool_calls> spelling,
+// a single-space separator, JSON with spaces, two calls.
+const std::string kOddTools =
+    "Plan.</think>Checking \"both\".  <tool_calls>\n"
+    "<invoke name=\"get_weather\"><parameter name=\"city\" string=\"true\">Oslo</parameter>"
+    "<parameter name=\"opts\" string=\"false\">{ \"days\" : 2 }</parameter></invoke>\n"
+    "<invoke name=\"get_weather\"><parameter name=\"city\" string=\"true\">Rome</parameter></invoke>\n"
+    "</tool_calls>";
+const std::string kOddBlock = kOddTools.substr(kOddTools.find("  <tool_calls>"));
+
+TEST_F(ScriptedServer, ChatToolCallsReplayExactBytes) {
+  using oj = nlohmann::ordered_json;
+  oj body = {{"messages", {{{"role", "user"}, {"content", "weather?"}}}}, {"tools", kOpenAITools}};
+  auto res = post("/v1/chat/completions", body, kOddTools);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const auto msg = oj::parse(res->body)["choices"][0]["message"];
+  ASSERT_EQ(msg["tool_calls"].size(), 2u);
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Oslo\",\"opts\":{\"days\":2}}");
+  // The client sends the turn back (as the SDKs do: content, reasoning, calls) with results.
+  oj next = body;
+  next["messages"].push_back(msg);
+  for (int i = 0; i < 2; ++i)
+    next["messages"].push_back({{"role", "tool"}, {"tool_call_id", msg["tool_calls"][i]["id"]}, {"content", "sunny"}});
+  ASSERT_EQ(post("/v1/chat/completions", next, "Done.")->status, 200);
+  const std::string replayed = gen_->last_prompt_text();
+  EXPECT_NE(replayed.find("Plan.</think>Checking \"both\"." + kOddBlock + std::string(chat::kEos)),
+            std::string::npos)
+      << replayed;
+  // An unknown id (or a call list that is not the whole block) renders canonically.
+  oj other = next;
+  other["messages"][1]["tool_calls"][1]["id"] = "call_0123456789abcdef0123456789abcdef";
+  ASSERT_EQ(post("/v1/chat/completions", other, "Done.")->status, 200);
+  const std::string canonical = gen_->last_prompt_text();
+  EXPECT_EQ(canonical.find(kOddBlock), std::string::npos);
+  oj calls = other["messages"][1]["tool_calls"];
+  for (auto& c : calls) c["function"]["arguments"] = oj::parse(c["function"]["arguments"].get<std::string>());
+  EXPECT_NE(canonical.find("Checking \"both\"." + chat::render_tool_calls_dsml(calls) + std::string(chat::kEos)),
+            std::string::npos)
+      << canonical;
+  oj subset = next;
+  subset["messages"][1]["tool_calls"].erase(1);
+  subset["messages"].erase(3);
+  ASSERT_EQ(post("/v1/chat/completions", subset, "Done.")->status, 200);
+  EXPECT_EQ(gen_->last_prompt_text().find(kOddBlock), std::string::npos);
+}
+
+TEST_F(ScriptedServer, AnthropicToolUseReplayExactBytes) {
+  using oj = nlohmann::ordered_json;
+  const oj tools = oj::array({{{"name", "get_weather"}, {"input_schema", {{"type", "object"}}}}});
+  oj body = {{"model", "deepseek-v4-flash"}, {"max_tokens", 500}, {"tools", tools},
+             {"messages", {{{"role", "user"}, {"content", "weather?"}}}}};
+  auto res = post("/v1/messages", body, kOddTools);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const auto j = oj::parse(res->body);
+  EXPECT_EQ(j["stop_reason"], "tool_use");
+  oj results = oj::array();
+  for (const auto& b : j["content"])
+    if (b["type"] == "tool_use")
+      results.push_back({{"type", "tool_result"}, {"tool_use_id", b["id"]}, {"content", "sunny"}});
+  ASSERT_EQ(results.size(), 2u);
+  body["messages"].push_back({{"role", "assistant"}, {"content", j["content"]}});
+  body["messages"].push_back({{"role", "user"}, {"content", results}});
+  ASSERT_EQ(post("/v1/messages", body, "Done.")->status, 200);
+  EXPECT_NE(gen_->last_prompt_text().find("Checking \"both\"." + kOddBlock + std::string(chat::kEos)),
+            std::string::npos)
+      << gen_->last_prompt_text();
+}
+
+TEST_F(ScriptedServer, ResponsesFunctionCallReplayExactBytes) {
+  using oj = nlohmann::ordered_json;
+  const oj tools = oj::array({{{"type", "function"}, {"name", "get_weather"}, {"parameters", {{"type", "object"}}}}});
+  oj body = {{"input", oj::array({{{"type", "message"}, {"role", "user"}, {"content", "weather?"}}})},
+             {"tools", tools}};
+  auto res = post("/v1/responses", body, kOddTools);
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const auto j = oj::parse(res->body);
+  // As Codex replays a turn: its output items, then one output per call.
+  oj input = body["input"];
+  for (const auto& item : j["output"]) input.push_back(item);
+  for (const auto& item : j["output"])
+    if (item["type"] == "function_call")
+      input.push_back({{"type", "function_call_output"}, {"call_id", item["call_id"]}, {"output", "sunny"}});
+  body["input"] = input;
+  ASSERT_EQ(post("/v1/responses", body, "Done.")->status, 200);
+  // Responses hides reasoning without a summary opt-in; what it replays is the content and calls.
+  EXPECT_NE(gen_->last_prompt_text().find("Checking \"both\"." + kOddBlock + std::string(chat::kEos)),
+            std::string::npos)
+      << gen_->last_prompt_text();
+}
+
+// A non-streamed request whose client goes away is cancelled: the worker is free again long
+// before the generation could have ended (the scripted generator never stops by itself).
+TEST(HttpServerTest, NonStreamDisconnectCancelsTheJob) {
+  auto gen = std::make_unique<ScriptedGenerator>(std::vector<std::string>{"x"}, int64_t{1} << 40, false);
+  Core core(std::move(gen), {});
+  auto tokenizer = Engine::open_tokenizer(DS4_BINARY_DIR "/models/ds4-tiny-q2.gguf");
+  ServerInfo info;
+  info.tokenizer = tokenizer.get();
+  info.ctx = 4096;
+  info.default_max_tokens = int64_t{1} << 40;
+  HttpServer http(core, info, {.host = "127.0.0.1", .port = 0, .cors = false, .api_key = "",
+                               .max_body_bytes = 1u << 20, .threads = 4});
+  http.bind();
+  std::thread server([&] { http.run(); });
+  const std::string body = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1000000000000})";
+  {
+    httplib::Client c("127.0.0.1", http.port());
+    c.set_read_timeout(0, 300000);  // gives up after 0.3 s and closes the connection
+    auto r = c.Post("/v1/chat/completions", body, "application/json");
+    EXPECT_FALSE(r);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (core.stats().busy && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const double freed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(core.stats().busy);
+  EXPECT_LT(freed, 2.0);  // polled every 100 ms
+  EXPECT_EQ(core.stats().jobs_failed, 1u);
+  core.shutdown();
+  http.stop();
+  server.join();
+}
+
+// A chunked upload larger than the body limit is refused after at most the limit was read: the
+// sender is cut off long before it sent everything.
+TEST(HttpServerTest, ChunkedBodyBoundedByTheLimit) {
+  auto gen = std::make_unique<ScriptedGenerator>(std::vector<std::string>{"x"}, 4096);
+  Core core(std::move(gen), {});
+  auto tokenizer = Engine::open_tokenizer(DS4_BINARY_DIR "/models/ds4-tiny-q2.gguf");
+  ServerInfo info;
+  info.tokenizer = tokenizer.get();
+  info.ctx = 4096;
+  HttpServer http(core, info, {.host = "127.0.0.1", .port = 0, .cors = false, .api_key = "",
+                               .max_body_bytes = 1u << 20, .threads = 4});
+  http.bind();
+  std::thread server([&] { http.run(); });
+  const std::string block(64 << 10, ' ');
+  size_t sent = 0;
+  constexpr size_t kTotal = size_t{256} << 20;  // 256 MiB offered
+  httplib::Client c("127.0.0.1", http.port());
+  c.set_write_timeout(5, 0);
+  auto r = c.Post(
+      "/v1/chat/completions",
+      [&](size_t, httplib::DataSink& sink) {
+        if (sent >= kTotal) {
+          sink.done();
+          return true;
+        }
+        sent += block.size();
+        return sink.write(block.data(), block.size());
+      },
+      "application/json");
+  if (r) {
+    EXPECT_EQ(r->status, 413);
+    EXPECT_EQ(nlohmann::json::parse(r->body)["error"]["type"], "invalid_request_error");
+  }
+  EXPECT_LT(sent, kTotal / 4) << "the server kept reading past its limit";
+  // Within the limit a chunked body is accepted.
+  std::string small = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2})";
+  bool once = false;
+  auto ok = c.Post(
+      "/v1/chat/completions",
+      [&](size_t, httplib::DataSink& sink) {
+        if (once) {
+          sink.done();
+          return true;
+        }
+        once = true;
+        return sink.write(small.data(), small.size());
+      },
+      "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  core.shutdown();
+  http.stop();
+  server.join();
+}
+
+// A client that trickles its request (headers or body never complete) is dropped by the socket
+// receive deadline (failure-modes item 13); the server keeps serving others meanwhile.
+TEST(HttpServerTest, SlowClientsAreCutOffByTheDeadline) {
+  auto gen = std::make_unique<ScriptedGenerator>(std::vector<std::string>{"x"}, 4096);
+  Core core(std::move(gen), {});
+  auto tokenizer = Engine::open_tokenizer(DS4_BINARY_DIR "/models/ds4-tiny-q2.gguf");
+  ServerInfo info;
+  info.tokenizer = tokenizer.get();
+  info.ctx = 4096;
+  HttpServer http(core, info, {.host = "127.0.0.1", .port = 0, .cors = false, .api_key = "",
+                               .max_body_bytes = 1u << 20, .threads = 4, .io_timeout_s = 1});
+  http.bind();
+  std::thread server([&] { http.run(); });
+  auto seconds_until_closed = [&](const std::string& partial) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(http.port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{15, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(::send(fd, partial.data(), partial.size(), MSG_NOSIGNAL), static_cast<ssize_t>(partial.size()));
+    char buf[512];
+    while (::recv(fd, buf, sizeof buf, 0) > 0) {
+    }
+    ::close(fd);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double head = seconds_until_closed("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Le");
+  const double body = seconds_until_closed(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"messages\":");
+  EXPECT_GE(head, 0.9);
+  EXPECT_LT(head, 5.0);
+  EXPECT_GE(body, 0.9);
+  EXPECT_LT(body, 5.0);
+  httplib::Client c("127.0.0.1", http.port());
+  EXPECT_EQ(c.Get("/health")->status, 200);
+  core.shutdown();
+  http.stop();
+  server.join();
+}
+
+// §3.3: inside a tool block, structural tokens are sampled greedily and payload tokens with the
+// request's settings (the parser state before each token decides).
+TEST(Core, ToolStructureIsSampledGreedily) {
+  const std::vector<std::string> script = {
+      "Hm.</think>Ok.\n\n<｜DSML｜tool_calls>\n",               // 0: before the block: 1
+      "<｜DSML｜invoke name=\"f\">\n",                           // 1: in the block: 0
+      "<｜DSML｜parameter name=\"s\" string=\"true\">",          // 2: 0
+      "Par", "is",                                               // 3, 4: string body: 1
+      "</｜DSML｜parameter>\n",                                  // 5: still in the body: 1
+      "<｜DSML｜parameter name=\"o\" string=\"false\">{\"k\": ", // 6: 0
+      "\"v",                                                     // 7: before a JSON string: 0
+      "al\"",                                                    // 8: inside it: 1
+      ", \"n\": 3}",                                             // 9: after it: 0
+      "</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>"};  // 10: 0
+  auto gen = std::make_unique<ScriptedGenerator>(script, 4096);
+  ScriptedGenerator* g = gen.get();
+  Core core(std::move(gen), {});
+  GenRequest req;
+  req.prompt = {1};
+  req.starts_in_thinking = true;
+  req.parse_tool_calls = true;
+  req.max_tokens = 100;
+  req.sampling.temperature = 1;
+  const GenResult r = core.submit(req)->wait();
+  EXPECT_EQ(r.finish, FinishReason::tool_calls);
+  ASSERT_EQ(r.output.tool_calls.size(), 1u);
+  EXPECT_EQ(r.output.tool_calls[0].arguments, "{\"s\":\"Paris\",\"o\":{\"k\":\"val\",\"n\":3}}");
+  const std::vector<float> expected = {1, 0, 0, 1, 1, 1, 0, 0, 1, 0, 0};
+  EXPECT_EQ(g->temperatures(), expected);
+  // Without tools the same text is content: every token uses the request's settings.
+  req.parse_tool_calls = false;
+  core.submit(req)->wait();
+  EXPECT_EQ(g->temperatures(), std::vector<float>(script.size() + 1, 1.0f));
+}
+
+// §3.9 step 5: after a thinking answer that ended with EOS, the key the core reports for the
+// live frontier is exactly how the next request (chat and Anthropic) renders that turn, with its
+// reasoning dropped.
+TEST_F(ScriptedServer, ThinkingVisibleKeyIsTheNextRendering) {
+  using oj = nlohmann::ordered_json;
+  oj chat = {{"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "2+2?"}}}}};
+  auto r = post("/v1/chat/completions", chat, "Add them.</think>It is 4.");
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string key = gen_->last_visible();
+  ASSERT_FALSE(key.empty());
+  chat["messages"].push_back(oj::parse(r->body)["choices"][0]["message"]);
+  chat["messages"].push_back({{"role", "user"}, {"content", "And 3+3?"}});
+  ASSERT_EQ(post("/v1/chat/completions", chat, "6")->status, 200);
+  EXPECT_TRUE(gen_->last_prompt_text().starts_with(key)) << key << "\n---\n" << gen_->last_prompt_text();
+  EXPECT_EQ(gen_->last_prompt_text().find("Add them."), std::string::npos);  // dropped
+
+  oj msg = {{"model", "deepseek-v4-flash"}, {"max_tokens", 100}, {"thinking", {{"type", "enabled"}, {"budget_tokens", 50}}},
+            {"messages", {{{"role", "user"}, {"content", "2+2?"}}}}};
+  r = post("/v1/messages", msg, "Add.</think>Four.");
+  ASSERT_EQ(r->status, 200) << r->body;
+  const std::string akey = gen_->last_visible();
+  msg["messages"].push_back({{"role", "assistant"}, {"content", oj::parse(r->body)["content"]}});
+  msg["messages"].push_back({{"role", "user"}, {"content", "More?"}});
+  ASSERT_EQ(post("/v1/messages", msg, "No.")->status, 200);
+  EXPECT_TRUE(gen_->last_prompt_text().starts_with(akey)) << akey << "\n---\n" << gen_->last_prompt_text();
+  // A turn cut by max_tokens inside the reasoning reports no key.
+  gen_->remember_visible("");
+  oj cut = chat;
+  cut["max_tokens"] = 2;
+  post("/v1/chat/completions", cut, "Still thinking and thinking");
+  EXPECT_EQ(gen_->last_visible(), "");
 }
 
 }  // namespace

@@ -192,3 +192,85 @@ TEST(KvPlacementTest, ColdSavePoint) {
 
 }  // namespace
 }  // namespace ds4::server
+
+namespace ds4::server {
+namespace {
+
+// §4.2 KTM section: byte layout, round trip, only blocks inside the key text, lookup returns
+// them, a restarted server finds ids by scanning, corrupt maps are rejected.
+TEST(KvDiskCache, ToolIdMapSection) {
+  const std::vector<ToolBlock> blocks = {{{"call_a", "call_b"}, "<AB>"}, {{"toolu_c"}, "<C>"}};
+  const auto ktm = encode_ktm(blocks);
+  // "KTM", 1, count 3, then (6, 4, "call_a", "<AB>"), (6, 4, "call_b", "<AB>"), (7, 3, ...).
+  ASSERT_EQ(ktm.size(), 8u + (8 + 6 + 4) * 2 + (8 + 7 + 3));
+  EXPECT_EQ(std::string(ktm.begin(), ktm.begin() + 4), std::string("KTM\x01", 4));
+  EXPECT_EQ(ktm[4], 3);
+  EXPECT_EQ(ktm[8], 6);
+  EXPECT_EQ(ktm[12], 4);
+  EXPECT_EQ(std::string(ktm.begin() + 16, ktm.begin() + 26), "call_a<AB>");
+  const auto back = decode_ktm(ktm);
+  ASSERT_TRUE(back);
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[0].ids, blocks[0].ids);
+  EXPECT_EQ((*back)[0].dsml, "<AB>");
+  EXPECT_EQ((*back)[1].ids, blocks[1].ids);
+  auto cut = ktm;
+  cut.pop_back();
+  EXPECT_FALSE(decode_ktm(cut));
+  auto bad = ktm;
+  bad[3] = 2;
+  EXPECT_FALSE(decode_ktm(bad));
+
+  TempDir dir;
+  KvDiskCache cache(opts(dir.str()));
+  const std::vector<uint8_t> payload(50, 7);
+  ASSERT_TRUE(cache.store("history <AB> more", 4, payload, SaveReason::continued, blocks));
+  const auto entries = cache.entries();
+  ASSERT_EQ(entries.size(), 1u);
+  EXPECT_EQ(entries[0].header.flags, kKvFlagToolMap);
+  EXPECT_EQ(entries[0].header.reason, SaveReason::continued);
+  // Only the block whose DSML is in the text was written.
+  EXPECT_EQ(entries[0].file_bytes, 52u + 17 + 50 + 8 + 2 * (8 + 6 + 4));
+  const auto hit = cache.lookup("history <AB> more and more");
+  ASSERT_TRUE(hit);
+  EXPECT_EQ(hit->payload, payload);
+  ASSERT_EQ(hit->tools.size(), 1u);
+  EXPECT_EQ(hit->tools[0].ids, blocks[0].ids);
+  const auto found = KvDiskCache::scan_tool_ids(dir.str(), {"call_b", "nope"});
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].dsml, "<AB>");
+  EXPECT_TRUE(KvDiskCache::scan_tool_ids(dir.str(), {"toolu_c"}).empty());
+  // Without tools no flag and no section.
+  ASSERT_TRUE(cache.store("plain text", 4, payload, SaveReason::cold));
+  for (const auto& e : cache.entries()) {
+    if (e.header.text_bytes == 10) {
+      EXPECT_EQ(e.header.flags, 0);
+    }
+  }
+}
+
+TEST(KvDiskCache, CrashLeftoversAreSweptAtOpen) {
+  TempDir dir;
+  { KvDiskCache cache(opts(dir.str())); }
+  const std::string name = sha1_hex("x");
+  auto touch = [&](const std::string& n, const std::string& bytes) {
+    std::ofstream(dir.str() + "/" + n, std::ios::binary) << bytes;
+  };
+  touch(name + ".kv.tmp.999999999", "partial");                        // dead writer
+  touch(name + ".kv.tmp." + std::to_string(::getppid()), "partial");    // live writer: kept
+  touch(sha1_hex("y") + ".kv", "KVC");                                 // truncated header
+  KvDiskCache cache(opts(dir.str()));
+  EXPECT_FALSE(fs::exists(dir.str() + "/" + name + ".kv.tmp.999999999"));
+  EXPECT_TRUE(fs::exists(dir.str() + "/" + name + ".kv.tmp." + std::to_string(::getppid())));
+  EXPECT_FALSE(fs::exists(dir.str() + "/" + sha1_hex("y") + ".kv"));
+}
+
+TEST(KvPlacementTest, ContinuedSaveStep) {
+  EXPECT_EQ(continued_save_step(10000, 2048), 10240);
+  EXPECT_EQ(continued_save_step(4096, 2048), 4096);
+  EXPECT_EQ(continued_save_step(100, 0), 100);
+  EXPECT_EQ(continued_save_step(0, 2048), 0);
+}
+
+}  // namespace
+}  // namespace ds4::server

@@ -122,3 +122,54 @@ TEST(RequestCommon, ContentText) {
 
 }  // namespace
 }  // namespace ds4::server
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "engine/engine.h"
+#include "server/kv_disk_cache.h"
+
+namespace ds4::server {
+namespace {
+
+// A restarted server (empty tool memory) learns the exact DSML of tool ids in the history from
+// the KTM sections of its disk snapshots before rendering (product-surface §3.9).
+TEST(RequestCommon, ToolIdsFromDiskSnapshotsAreReplayed) {
+  const std::string dir = "/tmp/ds4_ktm_render_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  const std::string raw = " <tool_calls><invoke name=\"f\"></invoke></tool_calls>";
+  {
+    KvDiskCache cache({.dir = dir, .budget_bytes = 1 << 20, .min_tokens = 1, .cold_max_tokens = 100,
+                       .reject_different_quant = false, .quant_bits = 2, .ctx = 4096});
+    const std::vector<ToolBlock> blocks = {{{"call_disk"}, raw}};
+    ASSERT_TRUE(cache.store("x" + raw + "y", 3, std::vector<uint8_t>(8, 0), SaveReason::evict, blocks));
+  }
+  auto tokenizer = Engine::open_tokenizer(DS4_BINARY_DIR "/models/ds4-tiny-q2.gguf");
+  ToolMemory memory;
+  ServerInfo info;
+  info.tokenizer = tokenizer.get();
+  info.ctx = 4096;
+  info.tool_memory = &memory;
+  info.kv_disk_dir = dir;
+  const ojson conv = {{"messages",
+                       {{{"role", "user"}, {"content", "q"}},
+                        {{"role", "assistant"}, {"content", "A"},
+                         {"tool_calls", {{{"id", "call_disk"}, {"type", "function"},
+                                          {"function", {{"name", "f"}, {"arguments", "{}"}}}}}}},
+                        {{"role", "tool"}, {"tool_call_id", "call_disk"}, {"content", "r"}}}}};
+  std::string text;
+  render_and_tokenize(info, conv, ThinkMode::chat, "messages", &text);
+  EXPECT_NE(text.find("A" + raw + "<｜end▁of▁sentence｜>"), std::string::npos) << text;
+  EXPECT_TRUE(memory.has("call_disk"));
+  // Without the disk folder the same history renders canonically.
+  ToolMemory empty;
+  info.tool_memory = &empty;
+  info.kv_disk_dir.clear();
+  render_and_tokenize(info, conv, ThinkMode::chat, "messages", &text);
+  EXPECT_EQ(text.find(raw), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ds4::server

@@ -22,7 +22,7 @@ class ServerProcess {
   /// "listening on http://127.0.0.1:PORT" line. port() is 0 when it did not come up.
   explicit ServerProcess(const std::vector<std::string>& args) {
     log_ = "/tmp/ds4_server_test_" + std::to_string(getpid()) + "_" + std::to_string(counter()++) + ".log";
-    std::vector<std::string> argv = {DS4_SERVER_BIN, "-m", DS4_TINY_MODEL, "--port", "0", "-t", "2"};
+    std::vector<std::string> argv = {DS4_SERVER_BIN, "-m", DS4_TINY_MODEL, "--port", "0", "-t", "1"};
     argv.insert(argv.end(), args.begin(), args.end());
     pid_ = fork();
     if (pid_ == 0) {
@@ -64,6 +64,22 @@ class ServerProcess {
     unlink(log_.c_str());
   }
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  /// Resident memory of the process in KiB (VmRSS of /proc/PID/status), or -1.
+  long rss_kib() const {
+    std::ifstream f("/proc/" + std::to_string(pid_) + "/status");
+    std::string line;
+    while (std::getline(f, line))
+      if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+    return -1;
+  }
+  /// SIGKILL without any chance to clean up; waits for the exit.
+  void kill9() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
   /// The exit status when the process ended before it listened, else -1.
   int exit_code() const { return exit_code_; }
   std::string log() const {
