@@ -138,11 +138,31 @@ TEST(Options, RejectsBadInput) {
   expect_rejected({"--prompt-file", kText, "--cpu", "--cuda"}, "--cpu");
   expect_rejected({"--prompt-file", kText, "--bogus"}, "--bogus");
   expect_rejected({"--prompt-file", kText, "--synthetic", "flash"}, "--synthetic needs the CUDA backend");
-  expect_rejected({"--prompt-file", kText, "--cuda", "--synthetic", "flash"},
-                  "CUDA backend is not available in this build");
+  expect_rejected({"--cuda", "--synthetic", "flash"},
+                  "unknown synthetic model 'flash' (expected flash-q2, flash-q4 or pro-q2)");
+  expect_rejected({"--prompt-file", kText, "--cuda", "--synthetic", "flash-q2"},
+                  "--synthetic uses seeded random token ids as the prompt");
+  expect_rejected({"-m", kModel, "--cuda", "--synthetic", "flash-q2"}, "do not give -m");
+  expect_rejected({"--cuda", "--synthetic", "flash-q2", "--gpu-vram", "-1"}, "--gpu-vram");
+  expect_rejected({"--cuda", "--synthetic", "flash-q2", "--ctx-start", "64", "--ctx-max", "32"},
+                  "--ctx-start (64) must be <= --ctx-max (32)");
+  const auto ok = parse_bench_options({"--cuda", "--synthetic", "pro-q2", "--gpu-vram", "40", "--seed", "9",
+                                       "--kernel-profile"}, kModel);
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(*ok->synthetic, "pro-q2");
+  EXPECT_EQ(ok->gpu_vram, 40.0);
+  EXPECT_EQ(ok->seed, 9u);
+  EXPECT_TRUE(ok->kernel_profile);
 }
 
 // ---- the binary ----
+
+/// True when the default backend of this build on this machine is CUDA (a GPU is present).
+bool have_gpu() {
+  static const bool v =
+      Engine::open({.model_path = kModel, .backend = "auto", .threads = 1})->backend().name() == "cuda";
+  return v;
+}
 
 struct RunResult {
   int code = -1;
@@ -281,7 +301,8 @@ TEST_F(Ds4BenchRun, BadInputExitsTwoWithAClearMessage) {
   expect_bad_input("-m " + kModel + base + "--gen-tokens many", "--gen-tokens");
   expect_bad_input("-m " + kModel + base + "--ctx-start 64 --ctx-max 32",
                    "--ctx-start (64) must be <= --ctx-max (32)");
-  expect_bad_input("-m " + kModel + base + "--cuda", "CUDA backend is not available in this build");
+  // Without a GPU (or without nvcc) --cuda fails at open with Engine's "--cuda: ..." message.
+  if (!have_gpu()) expect_bad_input("-m " + kModel + base + "--cuda", "--cuda: ");
   expect_bad_input("-m " + kModel + base + "--synthetic flash", "--synthetic needs the CUDA backend");
   const auto short_prompt = dir_ / "short.txt";
   std::ofstream(short_prompt) << "Just a few words.";
@@ -290,6 +311,18 @@ TEST_F(Ds4BenchRun, BadInputExitsTwoWithAClearMessage) {
                    "need at least --ctx-max = 64");
   expect_bad_input("-m " + kModel + base + "--ctx-start 8 --ctx-max 8 --csv /nonexistent/dir/x.csv",
                    "cannot open for writing");
+}
+
+// The memory plan is printed before anything is allocated; pro-q2 under a 40 GiB cap does not
+// fit, which is a clear exit-2 error (without a GPU: the "no CUDA device" error instead).
+TEST_F(Ds4BenchRun, SyntheticPrintsThePlanOrFailsClearly) {
+  const RunResult r = run("--cuda --synthetic pro-q2 --gpu-vram 40 --ctx-start 8 --ctx-max 8 -n 1");
+  EXPECT_EQ(r.code, 2) << r.err;
+  const bool no_device = r.err.find("no CUDA device") != std::string::npos ||
+                         r.err.find("has no CUDA backend") != std::string::npos;
+  const bool too_big = r.err.find("synthetic pro-q2 does not fit in GPU memory") != std::string::npos &&
+                       r.err.find("the --gpu-vram cap is 40.00 GiB") != std::string::npos;
+  EXPECT_TRUE(no_device || too_big) << r.err;
 }
 
 TEST_F(Ds4BenchRun, HelpExitsZero) {
