@@ -61,6 +61,8 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   app.add_option("--seed", o.seed, "Seed of the synthetic weights and prompt");
   app.add_option("--gpu-vram", o.gpu_vram, "Use at most this many GiB of GPU memory (0: all free)")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_flag("--fill-state", o.fill_state,
+               "Decode-only: start each frontier from a random KV state of that length (no prefill)");
   app.add_flag("--kernel-profile", o.kernel_profile,
                "CUDA: time each matrix kind's matvec against the device copy bandwidth");
 

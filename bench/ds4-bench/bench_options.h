@@ -5,7 +5,8 @@
 // N per frontier, for noisy shared machines), --prefill-chunk, --memcpy-mib, and for the CUDA
 // backend --synthetic NAME (a full-size model generated in GPU memory, seeded random token ids
 // as the prompt), --seed, --gpu-vram GiB (memory cap) and --kernel-profile (per-matrix-kind
-// matvec bandwidth against the measured device copy bandwidth).
+// matvec bandwidth against the measured device copy bandwidth), and --fill-state (decode at each
+// frontier from an imported random state of that length instead of a token-by-token prefill).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,7 @@ struct BenchOptions {
   uint64_t seed = 1;                            ///< synthetic weights and prompt seed
   double gpu_vram = 0;                          ///< GPU memory cap in GiB; 0 = all free memory
   bool kernel_profile = false;                  ///< print the per-kernel roofline table (CUDA)
+  bool fill_state = false;                      ///< decode-only: import a random state per frontier
 };
 
 /// Parses ds4-bench's arguments (argv[1..argc) ; `-sys` is accepted for --system) and validates

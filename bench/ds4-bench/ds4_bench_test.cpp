@@ -153,6 +153,48 @@ TEST(Options, RejectsBadInput) {
   EXPECT_EQ(ok->gpu_vram, 40.0);
   EXPECT_EQ(ok->seed, 9u);
   EXPECT_TRUE(ok->kernel_profile);
+  EXPECT_FALSE(ok->fill_state);
+  EXPECT_TRUE(parse_bench_options({"--cuda", "--synthetic", "flash-q2", "--fill-state"}, kModel)->fill_state);
+}
+
+// A random state of n tokens has the real shapes: it imports into a session, decodes to finite
+// logits, and the decode-only sweep reports one row per frontier with its f32 state bytes.
+TEST(FillState, RandomStateImportsAndTheDecodeOnlySweepReportsRows) {
+  auto engine = Engine::open({.model_path = kModel, .backend = "cpu", .threads = 1});
+  const model::Config& c = engine->config();
+  const model::KvState st = random_state(c, 128, 77, 5);
+  auto s = engine->backend().new_session(128);
+  s->import_state(st);
+  std::vector<float> l(c.n_vocab);
+  const int32_t tok = 42;
+  s->eval({&tok, 1}, 77, l, {});
+  for (float v : l) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_THROW(random_state(c, 128, 128, 5), Error);
+  EXPECT_THROW(random_state(c, 128, 0, 5), Error);
+
+  SweepSettings set;
+  set.ctx_alloc = 128;
+  set.frontiers = {40, 80};
+  set.gen_tokens = 2;
+  std::vector<FrontierResult> rows;
+  run_fill_state_sweep(c, engine->backend(), set, 5, [&](const FrontierResult& r) { rows.push_back(r); });
+  ASSERT_EQ(rows.size(), 2u);
+  for (const FrontierResult& r : rows) {
+    EXPECT_EQ(r.prefill_tokens, 0);
+    EXPECT_EQ(r.gen_tokens, 2);
+    EXPECT_GT(r.gen_s, 0.0);
+    uint64_t bytes = 0;  // raw rings + n/R compressed rows + n/4 indexer rows, f32
+    const uint64_t raw_cap = std::min<uint64_t>(c.n_swa, 128);
+    for (uint32_t il = 0; il < c.n_layer; ++il) {
+      bytes += 4 * raw_cap * c.head_dim;
+      const uint32_t R = c.compress_ratio(il);
+      if (R) bytes += 4 * uint64_t(r.ctx_tokens / R) * c.head_dim;
+      if (R == 4) bytes += 4 * uint64_t(r.ctx_tokens / 4) * c.indexer_head_dim;
+    }
+    EXPECT_EQ(r.kvcache_bytes, bytes);
+  }
+  set.gen_tokens = 0;
+  EXPECT_THROW(run_fill_state_sweep(c, engine->backend(), set, 5, [](const FrontierResult&) {}), Error);
 }
 
 // ---- the binary ----

@@ -180,8 +180,7 @@ int run(const BenchOptions& o, Loaded& l) {
   s.repeat = o.repeat;
   s.prefill_chunk = o.prefill_chunk;
   if (l.engine) s.excluded = l.engine->tokenizer().find_token(ds4::tok::kEosToken);
-  ds4::bench::run_sweep(config, backend, l.prompt, s,
-                        [&](const ds4::bench::FrontierResult& r) {
+  auto on_row = [&](const ds4::bench::FrontierResult& r) {
     std::fprintf(out, "%s\n", ds4::bench::csv_row(r, weight_bytes).c_str());
     std::fflush(out);
     std::fprintf(stderr,
@@ -194,7 +193,11 @@ int run(const BenchOptions& o, Loaded& l) {
                    tps, r.gen_cpu_s, weight_bytes * tps / 1e9, mc_ws);
     }
     std::fputc('\n', stderr);
-  });
+  };
+  if (o.fill_state)
+    ds4::bench::run_fill_state_sweep(config, backend, s, o.seed, on_row);
+  else
+    ds4::bench::run_sweep(config, backend, l.prompt, s, on_row);
   if (l.csv && std::fclose(l.csv.release()) != 0) ds4::fail("{}: write failed", *o.csv);
   return 0;
 }

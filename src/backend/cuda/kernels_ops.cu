@@ -87,55 +87,56 @@ __global__ void embed_kernel(const uint8_t* table, uint32_t type, size_t row_byt
   for (int r = 0; r < n_hc; ++r) x[r * d + i] = v;
 }
 
+// Thread t < n owns pre/post value t, row t (softmax, row normalisation) and column t (column
+// normalisation) of the combine matrix in shared memory; each sum runs in the CPU's order.
 __global__ void hc_sinkhorn_pre_kernel(const float* mix, const float* scale, const float* base,
                                        int n, int iters, float eps, const float* x, int64_t d,
                                        float* pre, float* post, float* comb, float* sub_in) {
   __shared__ float s_pre[16];
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < n; ++i) {
-      const float z = mix[i] * scale[0] + base[i];
-      pre[i] = s_pre[i] = 1.0f / (1.0f + exp_f(-z)) + eps;
-    }
-    for (int i = 0; i < n; ++i) {
-      const float z = mix[n + i] * scale[1] + base[n + i];
-      post[i] = 2.0f / (1.0f + exp_f(-z));
-    }
-    float m[256];
+  __shared__ float m[256];
+  const int t = threadIdx.x;
+  if (t < n) {
+    const float z = mix[t] * scale[0] + base[t];
+    pre[t] = s_pre[t] = 1.0f / (1.0f + exp_f(-z)) + eps;
+    const float z2 = mix[n + t] * scale[1] + base[n + t];
+    post[t] = 2.0f / (1.0f + exp_f(-z2));
     const float* lm = mix + 2 * n;
     const float* lb = base + 2 * n;
-    for (int r = 0; r < n; ++r) {
-      float* row = m + n * r;
-      float row_max = -1.0e30f;
-      for (int c = 0; c < n; ++c) {
-        row[c] = lm[n * r + c] * scale[2] + lb[n * r + c];
-        if (row[c] > row_max) row_max = row[c];
-      }
-      float sum = 0.0f;
-      for (int c = 0; c < n; ++c) {
-        row[c] = exp_f(row[c] - row_max);
-        sum += row[c];
-      }
-      const float inv = 1.0f / sum;
-      for (int c = 0; c < n; ++c) row[c] = row[c] * inv + eps;
+    float* row = m + n * t;
+    float row_max = -1.0e30f;
+    for (int c = 0; c < n; ++c) {
+      row[c] = lm[n * t + c] * scale[2] + lb[n * t + c];
+      if (row[c] > row_max) row_max = row[c];
     }
-    for (int it = 0; it < iters; ++it) {
-      if (it > 0)
-        for (int r = 0; r < n; ++r) {
-          float* row = m + n * r;
-          float sum = 0.0f;
-          for (int c = 0; c < n; ++c) sum += row[c];
-          const float inv = 1.0f / (sum + eps);
-          for (int c = 0; c < n; ++c) row[c] *= inv;
-        }
-      for (int c = 0; c < n; ++c) {
-        float sum = 0.0f;
-        for (int r = 0; r < n; ++r) sum += m[c + n * r];
-        const float inv = 1.0f / (sum + eps);
-        for (int r = 0; r < n; ++r) m[c + n * r] *= inv;
-      }
+    float sum = 0.0f;
+    for (int c = 0; c < n; ++c) {
+      row[c] = exp_f(row[c] - row_max);
+      sum += row[c];
     }
-    for (int i = 0; i < n * n; ++i) comb[i] = m[i];
+    const float inv = 1.0f / sum;
+    for (int c = 0; c < n; ++c) row[c] = row[c] * inv + eps;
   }
+  __syncthreads();
+  for (int it = 0; it < iters; ++it) {
+    if (it > 0) {
+      if (t < n) {
+        float* row = m + n * t;
+        float sum = 0.0f;
+        for (int c = 0; c < n; ++c) sum += row[c];
+        const float inv = 1.0f / (sum + eps);
+        for (int c = 0; c < n; ++c) row[c] *= inv;
+      }
+      __syncthreads();
+    }
+    if (t < n) {
+      float sum = 0.0f;
+      for (int r = 0; r < n; ++r) sum += m[t + n * r];
+      const float inv = 1.0f / (sum + eps);
+      for (int r = 0; r < n; ++r) m[t + n * r] *= inv;
+    }
+    __syncthreads();
+  }
+  for (int i = t; i < n * n; i += blockDim.x) comb[i] = m[i];
   __syncthreads();
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < d; i += gridDim.x * blockDim.x) {
     float o = 0.0f;
@@ -521,9 +522,16 @@ __global__ void attn_combine_kernel(const float* sinks, int64_t dim, const float
   }
   __syncthreads();
   float* oh = out + h * dim;
+  const int64_t n_c = n_rows - a.n_win;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    float o = 0.0f;
-    for (int64_t j = 0; j < n_rows; ++j) o += score[j] * attn_row(raw, raw_cap, a, comp, sel, dim, j)[i];
+    float o = 0.0f;  // rows in order: the window (ring slots walked without a modulo), then compressed
+    int64_t slot = a.lo % raw_cap;
+    for (int64_t j = 0; j < a.n_win; ++j) {
+      o += score[j] * raw[slot * dim + i];
+      if (++slot == raw_cap) slot = 0;
+    }
+    for (int64_t c = 0; c < n_c; ++c)
+      o += score[a.n_win + c] * comp[(sel ? static_cast<int64_t>(sel[c]) : c) * dim + i];
     oh[i] = o * s_inv;
   }
 }
@@ -539,27 +547,28 @@ __global__ void router_kernel(const float* logits, int n, const float* bias, con
                               int32_t* sel, float* weights, int32_t* order) {
   for (int e = threadIdx.x; e < n; e += blockDim.x) p[e] = sqrtf(softplus(logits[e]));
   __syncthreads();
-  if (threadIdx.x != 0) return;
   if (tid2eid) {
-    const int64_t token = tokens[*pos];
-    for (int i = 0; i < k; ++i) sel[i] = tid2eid[token * k + i];
-  } else {  // model::router_select_top_k insertion order
-    int filled = 0;
+    if (threadIdx.x == 0) {
+      const int64_t token = tokens[*pos];
+      for (int i = 0; i < k; ++i) sel[i] = tid2eid[token * k + i];
+    }
+  } else {
+    // model::router_select_top_k keeps the first k of a stable sort by `beats` (higher score,
+    // NaN last, earlier expert first on ties): expert e lands in slot rank(e) when that is < k.
     auto beats = [](float a, float b) { return a > b || (isnan(b) && !isnan(a)); };
-    for (int e = 0; e < n; ++e) {
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {
       const float s = bias ? p[e] + bias[e] : p[e];
-      int j = 0;
-      while (j < filled) {
-        const float sj = bias ? p[sel[j]] + bias[sel[j]] : p[sel[j]];
-        if (beats(s, sj)) break;
-        ++j;
+      int rank = 0;
+      for (int o = 0; o < n && rank < k; ++o) {
+        if (o == e) continue;
+        const float so = bias ? p[o] + bias[o] : p[o];
+        if (beats(so, s) || (o < e && !beats(s, so))) ++rank;
       }
-      if (j >= k) continue;
-      for (int m = (filled < k ? filled : k - 1); m > j; --m) sel[m] = sel[m - 1];
-      sel[j] = e;
-      if (filled < k) ++filled;
+      if (rank < k) sel[rank] = e;
     }
   }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
   float sum = 0.0f;
   for (int i = 0; i < k; ++i) {
     weights[i] = p[sel[i]];

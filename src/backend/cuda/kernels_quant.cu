@@ -126,7 +126,8 @@ __global__ void quant_q8_k_kernel(const float* x, int64_t x_stride, int64_t cols
 //
 // One warp per output row, kMvWarps rows per block, blockIdx.y the group. The warp stages its
 // row through shared memory in chunks of whole blocks with coalesced 16-byte loads (all issued
-// before the first use), then computes from shared memory. The arithmetic keeps quant::ref's
+// before the first use); the block stages the matching activation slice once for its rows; the
+// dot products then read shared memory only. The arithmetic keeps quant::ref's
 // order exactly: integer block dots are split across lanes (integer sums are exact in any
 // order), and the float steps run in the reference's order:
 //   F32/F16/BF16: element i into lane i mod 16, tree (l, l+8), (l, l+4), (l, l+2), (0, 1);
@@ -267,117 +268,190 @@ struct MatvecArgs {
   size_t act_stride;  // bytes between groups' activations (0: shared)
   float* y;
   int64_t y_stride;
+  int rpw;  // rows per warp (1, or up to 4 for rows that fit one chunk together)
 };
 
+// Activation bytes per weight block (f32 values, Q8_0 36-byte or Q8_K 292-byte blocks) and the
+// shared-memory slice of one chunk's activation.
+template <uint32_t T>
+struct ActFmt {
+  static constexpr int kBytes = Fmt<T>::kVals == 1 ? 4 : Fmt<T>::kVals == 32 ? 36 : 292;
+  static constexpr int kSlice = Chunk<T>::kBlocks * kBytes;
+};
+constexpr int kActSliceMax = 14080;  // >= every format's kSlice (Q2_K, IQ2_XXS: 48 * 292)
+
+// Adds the dot of one staged chunk (nb blocks of weights at sm, activations at xs) to the
+// running value `acc` of this lane, in the reference order (see above).
+template <uint32_t T>
+__device__ float dot_chunk(const uint8_t* sm, const uint8_t* xs, int nb, int lane, const Tables& tab,
+                           float acc) {
+  constexpr int kBytes = Fmt<T>::kBytes;
+  constexpr int kAct = ActFmt<T>::kBytes;
+  if constexpr (T == kF32 || T == kF16 || T == kBF16) {
+    const auto* xf = reinterpret_cast<const float*>(xs);
+    if (lane < 16) {
+      int b0 = 0;
+      for (; b0 + 64 <= nb; b0 += 64) {  // 4 groups of 16: loads first, adds in order
+        const float p0 = load_w<T>(sm, b0 + lane) * xf[b0 + lane];
+        const float p1 = load_w<T>(sm, b0 + 16 + lane) * xf[b0 + 16 + lane];
+        const float p2 = load_w<T>(sm, b0 + 32 + lane) * xf[b0 + 32 + lane];
+        const float p3 = load_w<T>(sm, b0 + 48 + lane) * xf[b0 + 48 + lane];
+        acc = acc + p0;
+        acc = acc + p1;
+        acc = acc + p2;
+        acc = acc + p3;
+      }
+      for (; b0 < nb; b0 += 16) {
+        const int i = b0 + lane;
+        const float p = i < nb ? load_w<T>(sm, i) * xf[i] : 0.0f;
+        acc = acc + p;
+      }
+    }
+  } else if constexpr (T == kQ8_0 || T == kMXFP4) {
+    const int slot = lane >> 2, part = lane & 3;
+    for (int j0 = 0; j0 < nb; j0 += 8) {  // uniform trip count: every lane shuffles
+      const int j = j0 + slot;
+      const bool on = j < nb;
+      const uint8_t* wb = sm + j * kBytes;
+      const uint8_t* xb = xs + j * kAct;
+      int isum = on ? q8_part<T>(wb, xb + 4, part) : 0;
+      isum += __shfl_xor_sync(kFull, isum, 1);
+      isum += __shfl_xor_sync(kFull, isum, 2);
+      if (on) {
+        const float xd = *reinterpret_cast<const float*>(xb);
+        float s;
+        if constexpr (T == kQ8_0) {
+          const float scale = h2f(ld16(wb)) * xd;
+          s = scale * static_cast<float>(isum);
+        } else {
+          s = (c_mx_half[wb[0]] * xd) * static_cast<float>(isum);
+        }
+        acc = acc + s;
+      }
+    }
+  } else {
+    const int grp = lane >> 3, part = lane & 7;
+    for (int j0 = 0; j0 < nb; j0 += 4) {
+      const int j = j0 + grp;
+      float v = 0.0f;
+      int isum = 0, summs = 0;
+      const uint8_t* yb = xs + j * kAct;
+      if (j < nb) k_part<T>(sm + j * kBytes, yb, part, tab, isum, summs);
+      for (int off = 1; off < 8; off <<= 1) {
+        isum += __shfl_xor_sync(kFull, isum, off);
+        summs += __shfl_xor_sync(kFull, summs, off);
+      }
+      if (j < nb) v = k_block_value<T>(sm + j * kBytes, yb, isum, summs);
+      const int cnt = nb - j0 < 4 ? nb - j0 : 4;
+      for (int k = 0; k < cnt; ++k) acc = acc + __shfl_sync(kFull, v, 8 * k);
+    }
+  }
+  return acc;
+}
+
+// The row's result on lane 0 from the lanes' running values (the reference's final tree).
+template <uint32_t T>
+__device__ float dot_finish(float acc) {
+  if constexpr (T == kF32 || T == kF16 || T == kBF16) {
+    for (int off = 8; off >= 1; off >>= 1) acc = acc + __shfl_down_sync(kFull, acc, off);
+    return acc;
+  } else if constexpr (T == kQ8_0 || T == kMXFP4) {
+    for (int off = 16; off >= 4; off >>= 1) acc = acc + __shfl_down_sync(kFull, acc, off);
+    return acc;
+  } else {
+    return T == kIQ2_XXS ? 0.125f * acc : acc;
+  }
+}
+
+// Stages `bytes` (a multiple of 16 when kVec) from src into the warp's buffer, every load issued
+// before the first store.
+template <bool kVec>
+__device__ void stage_bytes(const uint8_t* src, int bytes, uint8_t* sm, int lane) {
+  if constexpr (kVec) {
+    constexpr int kPer = kMvChunk / 16 / 32;  // 16-byte loads per lane for a full chunk
+    uint4 v[kPer];
+    const int n16 = bytes / 16;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int idx = lane + 32 * k;
+      if (idx < n16) v[k] = __ldg(reinterpret_cast<const uint4*>(src) + idx);
+    }
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int idx = lane + 32 * k;
+      if (idx < n16) reinterpret_cast<uint4*>(sm)[idx] = v[k];
+    }
+  } else {
+    for (int i = lane; i < bytes; i += 32) sm[i] = src[i];
+  }
+}
+
+// a.rpw rows per warp: with rpw > 1 (short rows, the whole row is one chunk) the warp stages
+// its rows together, so more bytes are in flight per warp.
 template <uint32_t T, bool kVec>
 __global__ void __launch_bounds__(kMvWarps * 32) matvec_kernel(MatvecArgs a) {
+  static_assert(ActFmt<T>::kSlice <= kActSliceMax, "activation slice exceeds its buffer");
   __shared__ __align__(16) uint8_t stage[kMvWarps][kMvChunk];
+  __shared__ __align__(16) uint8_t xs[kActSliceMax];
   __shared__ Tables tab;
   if constexpr (T == kIQ2_XXS) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) tab.grid[i] = c_iq2_grid[i];
     for (int i = threadIdx.x; i < 128; i += blockDim.x) tab.signs[i] = c_iq2_signs[i];
-    __syncthreads();
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kMvWarps + warp;
+  const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kMvWarps + warp) * a.rpw;
   const int g = blockIdx.y;
-  if (r >= a.n_rows) return;  // uniform across the warp; no block-wide barrier follows
+  const int n_mine = static_cast<int>(a.n_rows - r0 < a.rpw ? (a.n_rows - r0 > 0 ? a.n_rows - r0 : 0) : a.rpw);
+  const bool active = n_mine > 0;  // idle warps still take part in the block's barriers
   const int64_t base = a.row0 + static_cast<int64_t>(a.ids ? a.ids[g] : g) * a.group_rows;
-  const uint8_t* wrow = a.w + static_cast<size_t>(base + r) * a.row_bytes;
+  const uint8_t* wrow = a.w + static_cast<size_t>(base + (active ? r0 : 0)) * a.row_bytes;
   const uint8_t* x = a.act + g * a.act_stride;
   uint8_t* sm = stage[warp];
 
   constexpr int CB = Chunk<T>::kBlocks;
   constexpr int kBytes = Fmt<T>::kBytes;
+  constexpr int kAct = ActFmt<T>::kBytes;
   const int64_t nblk = a.cols / Fmt<T>::kVals;
-  float acc = 0.0f;  // float formats: lane partial; Q8_0/MXFP4: slot partial; K: running sum
-  for (int64_t c0 = 0; c0 < nblk; c0 += CB) {
+  float acc = 0.0f;
+  for (int64_t c0 = 0; c0 < nblk; c0 += CB) {  // one chunk when rpw > 1
     const int nb = static_cast<int>(nblk - c0 < CB ? nblk - c0 : CB);
-    const int bytes = nb * kBytes;
-    const uint8_t* src = wrow + c0 * kBytes;
-    if constexpr (kVec) {
-      constexpr int kPer = kMvChunk / 16 / 32;  // 16-byte loads per lane for a full chunk
-      uint4 v[kPer];
-      const int n16 = bytes / 16;
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const int idx = lane + 32 * k;
-        if (idx < n16) v[k] = __ldg(reinterpret_cast<const uint4*>(src) + idx);
-      }
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) {
-        const int idx = lane + 32 * k;
-        if (idx < n16) reinterpret_cast<uint4*>(sm)[idx] = v[k];
-      }
-    } else {
-      for (int i = lane; i < bytes; i += 32) sm[i] = src[i];
+    // This chunk's activation slice, shared by the block's rows (4-byte words: every
+    // activation block size is a multiple of 4 and every slice starts 4-byte aligned).
+    {
+      const int n4 = nb * kAct / 4;
+      const auto* x4 = reinterpret_cast<const int*>(x + c0 * kAct);
+      for (int i = threadIdx.x; i < n4; i += blockDim.x) reinterpret_cast<int*>(xs)[i] = __ldg(x4 + i);
     }
-    __syncwarp();
-    if constexpr (T == kF32 || T == kF16 || T == kBF16) {
-      const auto* xf = reinterpret_cast<const float*>(x) + c0;
-      if (lane < 16)
-        for (int b0 = 0; b0 < nb; b0 += 16) {
-          const int i = b0 + lane;
-          const float p = i < nb ? load_w<T>(sm, i) * xf[i] : 0.0f;
-          acc = acc + p;
+    if (active) {
+      if (a.rpw == 1) stage_bytes<kVec>(wrow + c0 * kBytes, nb * kBytes, sm, lane);
+      else stage_bytes<kVec>(wrow, n_mine * static_cast<int>(a.row_bytes), sm, lane);
+    }
+    __syncthreads();
+    if (active) {
+      if (a.rpw == 1) {
+        acc = dot_chunk<T>(sm, xs, nb, lane, tab, acc);
+      } else {
+        for (int k = 0; k < n_mine; ++k) {
+          const float v = dot_finish<T>(dot_chunk<T>(sm + k * a.row_bytes, xs, nb, lane, tab, 0.0f));
+          if (lane == 0) a.y[g * a.y_stride + r0 + k] = v;
         }
-    } else if constexpr (T == kQ8_0 || T == kMXFP4) {
-      const int slot = lane >> 2, part = lane & 3;
-      for (int j0 = 0; j0 < nb; j0 += 8) {  // uniform trip count: every lane shuffles
-        const int j = j0 + slot;
-        const bool on = j < nb;
-        const uint8_t* wb = sm + j * kBytes;
-        const uint8_t* xb = x + (c0 + j) * 36;
-        int isum = on ? q8_part<T>(wb, xb + 4, part) : 0;
-        isum += __shfl_xor_sync(kFull, isum, 1);
-        isum += __shfl_xor_sync(kFull, isum, 2);
-        if (on) {
-          const float xd = *reinterpret_cast<const float*>(xb);
-          float s;
-          if constexpr (T == kQ8_0) {
-            const float scale = h2f(ld16(wb)) * xd;
-            s = scale * static_cast<float>(isum);
-          } else {
-            s = (c_mx_half[wb[0]] * xd) * static_cast<float>(isum);
-          }
-          acc = acc + s;
-        }
-      }
-    } else {
-      const int grp = lane >> 3, part = lane & 7;
-      for (int j0 = 0; j0 < nb; j0 += 4) {
-        const int j = j0 + grp;
-        float v = 0.0f;
-        int isum = 0, summs = 0;
-        const uint8_t* yb = x + (c0 + j) * 292;
-        if (j < nb) k_part<T>(sm + j * kBytes, yb, part, tab, isum, summs);
-        for (int off = 1; off < 8; off <<= 1) {
-          isum += __shfl_xor_sync(kFull, isum, off);
-          summs += __shfl_xor_sync(kFull, summs, off);
-        }
-        if (j < nb) v = k_block_value<T>(sm + j * kBytes, yb, isum, summs);
-        const int cnt = nb - j0 < 4 ? nb - j0 : 4;
-        for (int k = 0; k < cnt; ++k) acc = acc + __shfl_sync(kFull, v, 8 * k);
       }
     }
-    __syncwarp();
+    __syncthreads();
   }
-  float out;
-  if constexpr (T == kF32 || T == kF16 || T == kBF16) {
-    for (int off = 8; off >= 1; off >>= 1) acc = acc + __shfl_down_sync(kFull, acc, off);
-    out = acc;
-  } else if constexpr (T == kQ8_0 || T == kMXFP4) {
-    for (int off = 16; off >= 4; off >>= 1) acc = acc + __shfl_down_sync(kFull, acc, off);
-    out = acc;
-  } else {
-    out = T == kIQ2_XXS ? 0.125f * acc : acc;
-  }
-  if (lane == 0) a.y[g * a.y_stride + r] = out;
+  if (!active || a.rpw != 1) return;
+  const float out = dot_finish<T>(acc);
+  if (lane == 0) a.y[g * a.y_stride + r0] = out;
 }
 
 template <uint32_t T>
-void launch_matvec(const MatvecArgs& a, int groups) {
-  const dim3 grid(static_cast<unsigned>((a.n_rows + kMvWarps - 1) / kMvWarps), static_cast<unsigned>(groups));
+void launch_matvec(MatvecArgs a, int groups) {
+  // Short rows: up to 4 per warp while they fit one chunk together.
+  const int64_t chunk_bytes = static_cast<int64_t>(Chunk<T>::kBlocks) * Fmt<T>::kBytes;
+  a.rpw = 1;
+  while (a.rpw < 4 && static_cast<int64_t>(a.row_bytes) * (a.rpw + 1) <= chunk_bytes) ++a.rpw;
+  const int64_t per_block = static_cast<int64_t>(kMvWarps) * a.rpw;
+  const dim3 grid(static_cast<unsigned>((a.n_rows + per_block - 1) / per_block), static_cast<unsigned>(groups));
   const bool vec = (reinterpret_cast<uintptr_t>(a.w) % 16 == 0) && (a.row_bytes % 16 == 0);
   if (vec) matvec_kernel<T, true><<<grid, kMvWarps * 32, 0, launch_stream()>>>(a);
   else matvec_kernel<T, false><<<grid, kMvWarps * 32, 0, launch_stream()>>>(a);
