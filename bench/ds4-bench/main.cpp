@@ -183,10 +183,13 @@ int run(const BenchOptions& o, Loaded& l) {
   auto on_row = [&](const ds4::bench::FrontierResult& r) {
     std::fprintf(out, "%s\n", ds4::bench::csv_row(r, weight_bytes).c_str());
     std::fflush(out);
-    std::fprintf(stderr,
-                 "ds4-bench: ctx %lld: prefill %lld tokens %.2f tok/s (cpu %.3f s)",
-                 static_cast<long long>(r.ctx_tokens), static_cast<long long>(r.prefill_tokens),
-                 r.prefill_tokens / r.prefill_s, r.prefill_cpu_s);
+    if (r.prefill_tokens > 0)
+      std::fprintf(stderr, "ds4-bench: ctx %lld: prefill %lld tokens %.2f tok/s (cpu %.3f s)",
+                   static_cast<long long>(r.ctx_tokens), static_cast<long long>(r.prefill_tokens),
+                   r.prefill_tokens / r.prefill_s, r.prefill_cpu_s);
+    else
+      std::fprintf(stderr, "ds4-bench: ctx %lld: no prefill (--fill-state: random state imported)",
+                   static_cast<long long>(r.ctx_tokens));
     if (r.gen_tokens > 0) {
       const double tps = r.gen_tokens / r.gen_s;
       std::fprintf(stderr, "; decode %.2f tok/s (cpu %.3f s), weights %.2f GB/s (copy %.2f GB/s)",

@@ -1,12 +1,14 @@
 // The CUDA backend (issue "CUDA backend for H100/H200"): weights uploaded once to device memory
 // (cudaMalloc, never managed memory), each session's KV/compressor/indexer state on the device,
 // and a forward pass with the same math as backend/cpu/forward.cpp (spec §3). Tokens are
-// evaluated one at a time (prefill = repeated decode steps), so any chunking of a prompt gives
-// bit-identical logits (spec §4.2).
+// evaluated one at a time (prefill = repeated decode steps, each a CUDA graph replay), so any
+// chunking of a prompt gives bit-identical logits (spec §4.2). Also: synthetic full-size models
+// generated in device memory, and the device copy / matvec bandwidth probes of ds4-bench.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/synthetic/synthetic_model.h"
@@ -26,8 +28,8 @@ struct CudaOptions {
 int device_count();
 
 /// Creates the CUDA backend for a loaded model on options.device: uploads every matrix and
-/// vector the forward pass reads (the token embedding stays on the host; rows are looked up
-/// there). The config and weights must outlive the backend. Throws ds4::Error when no CUDA
+/// vector the forward pass reads, the token embedding included (rows are looked up on the
+/// device, type F32/F16/BF16/Q8_0). The config and weights must outlive the backend. Throws ds4::Error when no CUDA
 /// device is present, the device ordinal is invalid, device memory runs out, or a matrix has a
 /// type the kernels do not support (supported: F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, MXFP4).
 std::unique_ptr<Backend> make_cuda_backend(const model::Config& config,
