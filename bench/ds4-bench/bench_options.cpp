@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "backend/synthetic/synthetic_model.h"
 #include "common/error.h"
 
 namespace ds4::bench {
@@ -55,7 +56,15 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
       ->check(CLI::Range(int64_t{0}, kMaxCtx));
   app.add_option("--memcpy-mib", o.memcpy_mib, "Size of the DRAM memcpy reference (0: skip)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
-  app.add_option("--synthetic", o.synthetic, "Synthetic model NAME (needs the CUDA backend)");
+  app.add_option("--synthetic", o.synthetic,
+                 "Full-size synthetic model generated in GPU memory: flash-q2, flash-q4 or pro-q2 (--cuda)");
+  app.add_option("--seed", o.seed, "Seed of the synthetic weights and prompt");
+  app.add_option("--gpu-vram", o.gpu_vram, "Use at most this many GiB of GPU memory (0: all free)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_flag("--fill-state", o.fill_state,
+               "Decode-only: start each frontier from a random KV state of that length (no prefill)");
+  app.add_flag("--kernel-profile", o.kernel_profile,
+               "CUDA: time each matrix kind's matvec against the device copy bandwidth");
 
   // -sys is ds4's spelling; CLI11 short options are one character, so rewrite it.
   std::vector<std::string> rev;
@@ -72,7 +81,16 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
 
   if (o.synthetic) {
     if (o.backend != "cuda") fail("--synthetic needs the CUDA backend (--cuda)");
-    fail("--synthetic {}: the CUDA backend is not available in this build", *o.synthetic);
+    synth::parse_synthetic(*o.synthetic);  // throws for an unknown name
+    if (!o.model.empty()) fail("--synthetic generates the model; do not give -m");
+    if (o.prompt_file || o.chat_prompt_file)
+      fail("--synthetic uses seeded random token ids as the prompt; do not give a prompt file");
+    if (o.ctx_start > o.ctx_max)
+      fail("--ctx-start ({}) must be <= --ctx-max ({})", o.ctx_start, o.ctx_max);
+    if (o.ctx_alloc != 0 && o.ctx_alloc <= o.ctx_max + o.gen_tokens)
+      fail("--ctx-alloc ({}) must be greater than ctx-max + gen-tokens ({})", o.ctx_alloc,
+           o.ctx_max + o.gen_tokens);
+    return o;
   }
   if (o.prompt_file.has_value() == o.chat_prompt_file.has_value())
     fail("give exactly one of --prompt-file or --chat-prompt-file");

@@ -2,8 +2,11 @@
 // (--prompt-file | --chat-prompt-file, -sys), model/backend (-m, --cpu/--cuda/--backend, -t,
 // --warm-weights), sweep (--ctx-start, --ctx-max, --ctx-alloc, --step-incr, --step-mul),
 // generation (--gen-tokens/--tokens/-n) and output (--csv). ds4-bench extras: --repeat (best of
-// N per frontier, for noisy shared machines), --prefill-chunk, --memcpy-mib, and --synthetic
-// (planned for the CUDA backend; rejected for now).
+// N per frontier, for noisy shared machines), --prefill-chunk, --memcpy-mib, and for the CUDA
+// backend --synthetic NAME (a full-size model generated in GPU memory, seeded random token ids
+// as the prompt), --seed, --gpu-vram GiB (memory cap) and --kernel-profile (per-matrix-kind
+// matvec bandwidth against the measured device copy bandwidth), and --fill-state (decode at each
+// frontier from an imported random state of that length instead of a token-by-token prefill).
 #pragma once
 
 #include <cstdint>
@@ -32,14 +35,19 @@ struct BenchOptions {
   int repeat = 1;                               ///< timings per frontier are the best of N runs
   int64_t prefill_chunk = 0;                    ///< prefill batch size; 0 = the whole interval
   int64_t memcpy_mib = 256;                     ///< size of the DRAM memcpy reference; 0 = skip
-  std::optional<std::string> synthetic;         ///< synthetic model NAME (CUDA only, planned)
+  std::optional<std::string> synthetic;         ///< synthetic model: flash-q2, flash-q4, pro-q2 (CUDA)
+  uint64_t seed = 1;                            ///< synthetic weights and prompt seed
+  double gpu_vram = 0;                          ///< GPU memory cap in GiB; 0 = all free memory
+  bool kernel_profile = false;                  ///< print the per-kernel roofline table (CUDA)
+  bool fill_state = false;                      ///< decode-only: import a random state per frontier
 };
 
 /// Parses ds4-bench's arguments (argv[1..argc) ; `-sys` is accepted for --system) and validates
 /// them. Returns std::nullopt after printing the help for -h/--help. Throws ds4::Error with a
 /// complete message for an unknown flag, a malformed or out-of-range number, a missing model or
 /// prompt file, not exactly one of --prompt-file/--chat-prompt-file, --ctx-start > --ctx-max,
-/// --ctx-alloc <= ctx-max + gen-tokens, and --synthetic without --cuda. Does not open the model.
+/// --ctx-alloc <= ctx-max + gen-tokens, --synthetic without --cuda, an unknown synthetic name,
+/// --synthetic with -m or a prompt file, and a negative --gpu-vram. Does not open the model.
 std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& args,
                                                 const std::string& default_model);
 

@@ -138,11 +138,73 @@ TEST(Options, RejectsBadInput) {
   expect_rejected({"--prompt-file", kText, "--cpu", "--cuda"}, "--cpu");
   expect_rejected({"--prompt-file", kText, "--bogus"}, "--bogus");
   expect_rejected({"--prompt-file", kText, "--synthetic", "flash"}, "--synthetic needs the CUDA backend");
-  expect_rejected({"--prompt-file", kText, "--cuda", "--synthetic", "flash"},
-                  "CUDA backend is not available in this build");
+  expect_rejected({"--cuda", "--synthetic", "flash"},
+                  "unknown synthetic model 'flash' (expected flash-q2, flash-q4 or pro-q2)");
+  expect_rejected({"--prompt-file", kText, "--cuda", "--synthetic", "flash-q2"},
+                  "--synthetic uses seeded random token ids as the prompt");
+  expect_rejected({"-m", kModel, "--cuda", "--synthetic", "flash-q2"}, "do not give -m");
+  expect_rejected({"--cuda", "--synthetic", "flash-q2", "--gpu-vram", "-1"}, "--gpu-vram");
+  expect_rejected({"--cuda", "--synthetic", "flash-q2", "--ctx-start", "64", "--ctx-max", "32"},
+                  "--ctx-start (64) must be <= --ctx-max (32)");
+  const auto ok = parse_bench_options({"--cuda", "--synthetic", "pro-q2", "--gpu-vram", "40", "--seed", "9",
+                                       "--kernel-profile"}, kModel);
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(*ok->synthetic, "pro-q2");
+  EXPECT_EQ(ok->gpu_vram, 40.0);
+  EXPECT_EQ(ok->seed, 9u);
+  EXPECT_TRUE(ok->kernel_profile);
+  EXPECT_FALSE(ok->fill_state);
+  EXPECT_TRUE(parse_bench_options({"--cuda", "--synthetic", "flash-q2", "--fill-state"}, kModel)->fill_state);
+}
+
+// A random state of n tokens has the real shapes: it imports into a session, decodes to finite
+// logits, and the decode-only sweep reports one row per frontier with its f32 state bytes.
+TEST(FillState, RandomStateImportsAndTheDecodeOnlySweepReportsRows) {
+  auto engine = Engine::open({.model_path = kModel, .backend = "cpu", .threads = 1});
+  const model::Config& c = engine->config();
+  const model::KvState st = random_state(c, 128, 77, 5);
+  auto s = engine->backend().new_session(128);
+  s->import_state(st);
+  std::vector<float> l(c.n_vocab);
+  const int32_t tok = 42;
+  s->eval({&tok, 1}, 77, l, {});
+  for (float v : l) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_THROW(random_state(c, 128, 128, 5), Error);
+  EXPECT_THROW(random_state(c, 128, 0, 5), Error);
+
+  SweepSettings set;
+  set.ctx_alloc = 128;
+  set.frontiers = {40, 80};
+  set.gen_tokens = 2;
+  std::vector<FrontierResult> rows;
+  run_fill_state_sweep(c, engine->backend(), set, 5, [&](const FrontierResult& r) { rows.push_back(r); });
+  ASSERT_EQ(rows.size(), 2u);
+  for (const FrontierResult& r : rows) {
+    EXPECT_EQ(r.prefill_tokens, 0);
+    EXPECT_EQ(r.gen_tokens, 2);
+    EXPECT_GT(r.gen_s, 0.0);
+    uint64_t bytes = 0;  // raw rings + n/R compressed rows + n/4 indexer rows, f32
+    const uint64_t raw_cap = std::min<uint64_t>(c.n_swa, 128);
+    for (uint32_t il = 0; il < c.n_layer; ++il) {
+      bytes += 4 * raw_cap * c.head_dim;
+      const uint32_t R = c.compress_ratio(il);
+      if (R) bytes += 4 * uint64_t(r.ctx_tokens / R) * c.head_dim;
+      if (R == 4) bytes += 4 * uint64_t(r.ctx_tokens / 4) * c.indexer_head_dim;
+    }
+    EXPECT_EQ(r.kvcache_bytes, bytes);
+  }
+  set.gen_tokens = 0;
+  EXPECT_THROW(run_fill_state_sweep(c, engine->backend(), set, 5, [](const FrontierResult&) {}), Error);
 }
 
 // ---- the binary ----
+
+/// True when the default backend of this build on this machine is CUDA (a GPU is present).
+bool have_gpu() {
+  static const bool v =
+      Engine::open({.model_path = kModel, .backend = "auto", .threads = 1})->backend().name() == "cuda";
+  return v;
+}
 
 struct RunResult {
   int code = -1;
@@ -281,7 +343,8 @@ TEST_F(Ds4BenchRun, BadInputExitsTwoWithAClearMessage) {
   expect_bad_input("-m " + kModel + base + "--gen-tokens many", "--gen-tokens");
   expect_bad_input("-m " + kModel + base + "--ctx-start 64 --ctx-max 32",
                    "--ctx-start (64) must be <= --ctx-max (32)");
-  expect_bad_input("-m " + kModel + base + "--cuda", "CUDA backend is not available in this build");
+  // Without a GPU (or without nvcc) --cuda fails at open with Engine's "--cuda: ..." message.
+  if (!have_gpu()) expect_bad_input("-m " + kModel + base + "--cuda", "--cuda: ");
   expect_bad_input("-m " + kModel + base + "--synthetic flash", "--synthetic needs the CUDA backend");
   const auto short_prompt = dir_ / "short.txt";
   std::ofstream(short_prompt) << "Just a few words.";
@@ -290,6 +353,18 @@ TEST_F(Ds4BenchRun, BadInputExitsTwoWithAClearMessage) {
                    "need at least --ctx-max = 64");
   expect_bad_input("-m " + kModel + base + "--ctx-start 8 --ctx-max 8 --csv /nonexistent/dir/x.csv",
                    "cannot open for writing");
+}
+
+// The memory plan is printed before anything is allocated; pro-q2 under a 40 GiB cap does not
+// fit, which is a clear exit-2 error (without a GPU: the "no CUDA device" error instead).
+TEST_F(Ds4BenchRun, SyntheticPrintsThePlanOrFailsClearly) {
+  const RunResult r = run("--cuda --synthetic pro-q2 --gpu-vram 40 --ctx-start 8 --ctx-max 8 -n 1");
+  EXPECT_EQ(r.code, 2) << r.err;
+  const bool no_device = r.err.find("no CUDA device") != std::string::npos ||
+                         r.err.find("has no CUDA backend") != std::string::npos;
+  const bool too_big = r.err.find("synthetic pro-q2 does not fit in GPU memory") != std::string::npos &&
+                       r.err.find("the --gpu-vram cap is 40.00 GiB") != std::string::npos;
+  EXPECT_TRUE(no_device || too_big) << r.err;
 }
 
 TEST_F(Ds4BenchRun, HelpExitsZero) {

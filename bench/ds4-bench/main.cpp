@@ -10,6 +10,10 @@
 #include <sstream>
 
 #include "backend/cpu/forward.h"
+#include "backend/synthetic/synthetic_model.h"
+#ifdef DS4_BENCH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
 #include "bandwidth.h"
 #include "bench_options.h"
 #include "chat/render.h"
@@ -60,46 +64,110 @@ void warm(const ds4::gguf::Reader& reader) {
 
 struct Loaded {
   std::unique_ptr<ds4::Engine> engine;
+  std::unique_ptr<ds4::Backend> synthetic;  ///< --synthetic: the backend (engine stays null)
+  std::optional<ds4::synth::SyntheticSpec> spec;
   std::vector<int32_t> prompt;
   std::vector<int64_t> frontiers;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> csv{nullptr, &std::fclose};  ///< null: stdout
 };
 
+/// --synthetic: prints the memory plan, then generates the model in GPU memory (which checks
+/// the plan against the free memory and --gpu-vram first); the prompt is seeded random ids.
+void load_synthetic(const BenchOptions& o, Loaded& l) {
+  l.spec = ds4::synth::parse_synthetic(*o.synthetic);
+  const int64_t ctx = ds4::bench::effective_ctx_alloc(o);
+#ifdef DS4_BENCH_CUDA
+  const ds4::synth::MemoryPlan plan = ds4::cuda::synthetic_plan(*l.spec, ctx);
+  std::fprintf(stderr, "ds4-bench: synthetic %s memory plan: %s\n", l.spec->name.c_str(), plan.describe().c_str());
+  const auto [free_b, total_b] = ds4::cuda::device_memory(0);
+  std::fprintf(stderr, "ds4-bench: GPU 0: %.2f GiB free of %.2f GiB%s\n", free_b / 1073741824.0,
+               total_b / 1073741824.0, o.gpu_vram > 0 ? fmt::format(", cap --gpu-vram {:.2f} GiB", o.gpu_vram).c_str() : "");
+  l.synthetic = ds4::cuda::make_synthetic_backend(*l.spec, {.device = 0, .seed = o.seed, .ctx = ctx, .gpu_vram_gib = o.gpu_vram});
+#else
+  (void)ctx;
+  ds4::fail("--synthetic {}: this build has no CUDA backend (built without nvcc)", *o.synthetic);
+#endif
+  l.prompt.resize(static_cast<size_t>(o.ctx_max));
+  for (size_t i = 0; i < l.prompt.size(); ++i)
+    l.prompt[i] = static_cast<int32_t>(ds4::synth::block_word(o.seed, i, 99) % l.spec->config.n_vocab);
+}
+
 /// Everything that depends on user input; its ds4::Error means exit code 2.
 Loaded load(const BenchOptions& o) {
-  if (o.backend == "cuda") ds4::fail("the CUDA backend is not available in this build (use --cpu)");
   Loaded l;
   l.frontiers = ds4::bench::frontiers(o.ctx_start, o.ctx_max, o.step_incr, o.step_mul);
-  l.engine = ds4::Engine::open({.model_path = o.model, .backend = "cpu", .threads = o.threads});
-  l.prompt = prompt_tokens(*l.engine, o);
-  if (static_cast<int64_t>(l.prompt.size()) < o.ctx_max)
-    ds4::fail("the prompt has {} tokens, need at least --ctx-max = {}", l.prompt.size(), o.ctx_max);
   if (o.csv) {
     l.csv.reset(std::fopen(o.csv->c_str(), "wb"));
     if (!l.csv) ds4::fail("{}: cannot open for writing", *o.csv);
   }
+  if (o.synthetic) {
+    load_synthetic(o, l);
+    return l;
+  }
+  l.engine = ds4::Engine::open({.model_path = o.model, .backend = o.backend, .threads = o.threads});
+  l.prompt = prompt_tokens(*l.engine, o);
+  if (static_cast<int64_t>(l.prompt.size()) < o.ctx_max)
+    ds4::fail("the prompt has {} tokens, need at least --ctx-max = {}", l.prompt.size(), o.ctx_max);
   return l;
 }
 
+/// The per-matrix-kind matvec table (--kernel-profile): bytes per token, time, GB/s and the
+/// fraction of the device copy bandwidth measured in the same process.
+void kernel_profile(ds4::Backend& backend) {
+#ifdef DS4_BENCH_CUDA
+  const double copy = ds4::cuda::copy_bandwidth_gbps(0, size_t{2} << 30);
+  std::fprintf(stderr, "ds4-bench: device copy bandwidth (2 GiB cudaMemcpy, read+write): %.0f GB/s\n", copy);
+  std::fprintf(stderr, "ds4-bench: %-24s %-8s %5s %10s %10s %8s %6s\n", "matvec (per token)", "type", "calls",
+               "MB", "us", "GB/s", "copy%");
+  double tb = 0, ts = 0;
+  for (const auto& r : ds4::cuda::profile_matvecs(backend, 5)) {
+    const double gbs = r.bytes / r.seconds / 1e9;
+    std::fprintf(stderr, "ds4-bench: %-24s %-8s %5d %10.1f %10.1f %8.0f %5.1f%%\n", r.name.c_str(), r.type.c_str(),
+                 r.calls, r.bytes / 1e6, r.seconds * 1e6, gbs, 100.0 * gbs / copy);
+    tb += r.bytes;
+    ts += r.seconds;
+  }
+  std::fprintf(stderr, "ds4-bench: %-24s %-8s %5s %10.1f %10.1f %8.0f %5.1f%% (matvec-only ceiling %.0f tok/s)\n",
+               "total", "", "", tb / 1e6, ts * 1e6, tb / ts / 1e9, 100.0 * tb / ts / 1e9 / copy, 1.0 / ts);
+#else
+  (void)backend;
+  ds4::fail("--kernel-profile needs the CUDA backend");
+#endif
+}
+
 int run(const BenchOptions& o, Loaded& l) {
-  ds4::Engine& engine = *l.engine;
   const int threads = o.threads > 0 ? o.threads : omp_get_num_procs();
-  if (o.warm_weights) warm(engine.reader());
+  const ds4::model::Config& config = l.engine ? l.engine->config() : l.spec->config;
+  ds4::Backend& backend = l.engine ? l.engine->backend() : *l.synthetic;
+  if (o.warm_weights && l.engine) warm(l.engine->reader());
   const uint64_t weight_bytes =
-      ds4::cpu::Forward(engine.config(), engine.weights(), 1).decode_weight_bytes();
+      l.engine ? ds4::cpu::Forward(config, l.engine->weights(), 1).decode_weight_bytes()
+               : ds4::synth::decode_weight_bytes(config, [&](const ds4::model::TensorSpec& s) {
+                   return ds4::model::recipe_type(s, l.spec->recipe);
+                 });
+  if (o.kernel_profile) kernel_profile(backend);
 
   std::fprintf(stderr, "ds4-bench: %s, backend %s, %d threads, prompt %zu tokens, ctx %lld\n",
-               o.model.c_str(), engine.backend().name().c_str(), threads, l.prompt.size(),
-               static_cast<long long>(ds4::bench::effective_ctx_alloc(o)));
-  const double mc_ws = ds4::bench::memcpy_gbps(std::max<uint64_t>(weight_bytes, 4096), threads);
-  std::fprintf(stderr,
-               "ds4-bench: a decode step reads %.3f MB of weights; memcpy of that size: %.2f GB/s",
-               weight_bytes / 1e6, mc_ws);
-  if (o.memcpy_mib > 0) {
-    const double mc_dram = ds4::bench::memcpy_gbps(static_cast<size_t>(o.memcpy_mib) << 20, threads);
-    std::fprintf(stderr, ", of %lld MiB: %.2f GB/s", static_cast<long long>(o.memcpy_mib), mc_dram);
+               l.spec ? ("synthetic " + l.spec->name).c_str() : o.model.c_str(), backend.name().c_str(),
+               threads, l.prompt.size(), static_cast<long long>(ds4::bench::effective_ctx_alloc(o)));
+  double mc_ws = 0;  // the reference bandwidth: host memcpy (CPU) or device copy (CUDA)
+  if (backend.name() == "cuda") {
+#ifdef DS4_BENCH_CUDA
+    mc_ws = ds4::cuda::copy_bandwidth_gbps(0, size_t{2} << 30);
+#endif
+    std::fprintf(stderr, "ds4-bench: a decode step reads %.3f MB of weights; device copy (2 GiB): %.2f GB/s\n",
+                 weight_bytes / 1e6, mc_ws);
+  } else {
+    mc_ws = ds4::bench::memcpy_gbps(std::max<uint64_t>(weight_bytes, 4096), threads);
+    std::fprintf(stderr,
+                 "ds4-bench: a decode step reads %.3f MB of weights; memcpy of that size: %.2f GB/s",
+                 weight_bytes / 1e6, mc_ws);
+    if (o.memcpy_mib > 0) {
+      const double mc_dram = ds4::bench::memcpy_gbps(static_cast<size_t>(o.memcpy_mib) << 20, threads);
+      std::fprintf(stderr, ", of %lld MiB: %.2f GB/s", static_cast<long long>(o.memcpy_mib), mc_dram);
+    }
+    std::fprintf(stderr, " (%d threads)\n", threads);
   }
-  std::fprintf(stderr, " (%d threads)\n", threads);
 
   std::FILE* out = l.csv ? l.csv.get() : stdout;
   std::fprintf(out, "%s\n", ds4::bench::csv_header().c_str());
@@ -111,22 +179,28 @@ int run(const BenchOptions& o, Loaded& l) {
   s.gen_tokens = o.gen_tokens;
   s.repeat = o.repeat;
   s.prefill_chunk = o.prefill_chunk;
-  s.excluded = engine.tokenizer().find_token(ds4::tok::kEosToken);
-  ds4::bench::run_sweep(engine.config(), engine.backend(), l.prompt, s,
-                        [&](const ds4::bench::FrontierResult& r) {
+  if (l.engine) s.excluded = l.engine->tokenizer().find_token(ds4::tok::kEosToken);
+  auto on_row = [&](const ds4::bench::FrontierResult& r) {
     std::fprintf(out, "%s\n", ds4::bench::csv_row(r, weight_bytes).c_str());
     std::fflush(out);
-    std::fprintf(stderr,
-                 "ds4-bench: ctx %lld: prefill %lld tokens %.2f tok/s (cpu %.3f s)",
-                 static_cast<long long>(r.ctx_tokens), static_cast<long long>(r.prefill_tokens),
-                 r.prefill_tokens / r.prefill_s, r.prefill_cpu_s);
+    if (r.prefill_tokens > 0)
+      std::fprintf(stderr, "ds4-bench: ctx %lld: prefill %lld tokens %.2f tok/s (cpu %.3f s)",
+                   static_cast<long long>(r.ctx_tokens), static_cast<long long>(r.prefill_tokens),
+                   r.prefill_tokens / r.prefill_s, r.prefill_cpu_s);
+    else
+      std::fprintf(stderr, "ds4-bench: ctx %lld: no prefill (--fill-state: random state imported)",
+                   static_cast<long long>(r.ctx_tokens));
     if (r.gen_tokens > 0) {
       const double tps = r.gen_tokens / r.gen_s;
-      std::fprintf(stderr, "; decode %.2f tok/s (cpu %.3f s), weights %.2f GB/s (memcpy %.2f GB/s)",
+      std::fprintf(stderr, "; decode %.2f tok/s (cpu %.3f s), weights %.2f GB/s (copy %.2f GB/s)",
                    tps, r.gen_cpu_s, weight_bytes * tps / 1e9, mc_ws);
     }
     std::fputc('\n', stderr);
-  });
+  };
+  if (o.fill_state)
+    ds4::bench::run_fill_state_sweep(config, backend, s, o.seed, on_row);
+  else
+    ds4::bench::run_sweep(config, backend, l.prompt, s, on_row);
   if (l.csv && std::fclose(l.csv.release()) != 0) ds4::fail("{}: write failed", *o.csv);
   return 0;
 }

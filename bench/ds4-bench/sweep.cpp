@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/f16.h"
 #include "engine/session.h"
 
 namespace ds4::bench {
@@ -109,6 +110,87 @@ void run_sweep(const model::Config& config, Backend& backend, std::span<const in
     on_row(row);
     previous = std::move(snapshot);
     previous_ctx = frontier;
+  }
+}
+
+namespace {
+
+/// splitmix64 of (seed, i): uniform in [-1.7, 1.7), rounded to f16.
+float random_row_value(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  const double u = static_cast<double>(z >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+  return round_f16(static_cast<float>(1.7 * u));
+}
+
+void fill(std::vector<float>& v, uint64_t seed) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] = random_row_value(seed, i);
+}
+
+}  // namespace
+
+model::KvState random_state(const model::Config& c, int64_t ctx, int64_t n, uint64_t seed) {
+  if (n <= 0 || n >= ctx) fail("random state: {} tokens must be in (0, ctx = {})", n, ctx);
+  model::KvState s(c, ctx);
+  uint64_t k = seed * 0x100000001b3ull;
+  for (uint32_t il = 0; il < c.n_layer; ++il) {
+    model::LayerKv& L = s.layers()[il];
+    fill(L.raw, ++k);
+    if (!L.ratio) continue;
+    const auto rows = static_cast<size_t>(n / L.ratio);
+    L.comp.resize(rows * c.head_dim);
+    fill(L.comp, ++k);
+    std::vector<float> kv(L.comp_state->state_kv().size()), sc(kv.size());
+    fill(kv, ++k);
+    fill(sc, ++k);
+    L.comp_state->restore(kv, sc, static_cast<uint32_t>(n));
+    if (L.ratio != 4) continue;
+    L.index.resize(rows * c.indexer_head_dim);
+    fill(L.index, ++k);
+    kv.assign(L.index_state->state_kv().size(), 0.0f);
+    sc.assign(kv.size(), 0.0f);
+    fill(kv, ++k);
+    fill(sc, ++k);
+    L.index_state->restore(kv, sc, static_cast<uint32_t>(n));
+  }
+  return s;
+}
+
+void run_fill_state_sweep(const model::Config& config, Backend& backend, const SweepSettings& s,
+                          uint64_t seed, const std::function<void(const FrontierResult&)>& on_row) {
+  if (s.frontiers.empty()) fail("the sweep has no frontiers");
+  for (size_t i = 0; i < s.frontiers.size(); ++i)
+    if (s.frontiers[i] < 1 || (i > 0 && s.frontiers[i] <= s.frontiers[i - 1]))
+      fail("frontiers must be positive and increasing (entry {} is {})", i, s.frontiers[i]);
+  if (s.gen_tokens < 1) fail("--fill-state needs at least one decode token (gen_tokens {})", s.gen_tokens);
+  if (s.ctx_alloc <= s.frontiers.back() + s.gen_tokens)
+    fail("the context ({}) must exceed ctx-max + gen-tokens ({})", s.ctx_alloc, s.frontiers.back() + s.gen_tokens);
+  if (s.repeat < 1) fail("repeat {} must be >= 1", s.repeat);
+  std::vector<float> logits(config.n_vocab);
+  for (const int64_t frontier : s.frontiers) {
+    const model::KvState state = random_state(config, s.ctx_alloc, frontier, seed + static_cast<uint64_t>(frontier));
+    FrontierResult row;
+    row.ctx_tokens = frontier;
+    for (const model::LayerKv& L : state.layers())
+      row.kvcache_bytes += 4 * (L.raw.size() + L.comp.size() + L.index.size());
+    auto session = backend.new_session(s.ctx_alloc);
+    Best gen;
+    for (int r = 0; r < s.repeat; ++r) {
+      session->import_state(state);
+      auto tok = static_cast<int32_t>((seed * 2654435761u + static_cast<uint64_t>(frontier)) % config.n_vocab);
+      const Stamp a = Stamp::now();
+      for (int64_t i = 0; i < s.gen_tokens; ++i) {
+        session->eval({&tok, 1}, frontier + i, logits, {});
+        tok = greedy_token(logits, std::nullopt);
+      }
+      gen.add(a, Stamp::now());
+    }
+    row.gen_tokens = s.gen_tokens;
+    row.gen_s = gen.wall;
+    row.gen_cpu_s = gen.cpu;
+    on_row(row);
   }
 }
 

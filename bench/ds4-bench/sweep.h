@@ -13,6 +13,7 @@
 
 #include "engine/backend.h"
 #include "model/config.h"
+#include "model/kv_state.h"
 
 namespace ds4 {
 class Session;
@@ -59,5 +60,21 @@ void greedy_decode(Session& session, int64_t n, std::optional<int32_t> excluded)
 void run_sweep(const model::Config& config, Backend& backend, std::span<const int32_t> prompt,
                const SweepSettings& settings,
                const std::function<void(const FrontierResult&)>& on_row);
+
+/// The state of a session of `ctx` tokens that has consumed `n` tokens (0 < n < ctx), with
+/// seeded random contents of the real shapes (spec §4.1): every raw ring row, n / R compressed
+/// (and, for R = 4, indexer) rows per compressed layer, full compressor frontiers with scores
+/// that weight every row, all values uniform in [-1.7, 1.7) (rms ~1, like RMS-normed rows)
+/// rounded to f16 as stored rows are. For decode measurements at long contexts without a
+/// token-by-token prefill (ds4-bench --fill-state). Throws ds4::Error for n outside (0, ctx).
+model::KvState random_state(const model::Config& config, int64_t ctx, int64_t n, uint64_t seed);
+
+/// Decode-only sweep (ds4-bench --fill-state): for each frontier a fresh backend session of
+/// ctx_alloc tokens imports random_state(frontier) and then times gen_tokens greedy decode
+/// steps (BackendSession::eval one token at a time, greedy_token with nothing excluded). Rows
+/// report prefill_tokens 0 and the state's f32 bytes as kvcache_bytes. Throws ds4::Error for
+/// the settings run_sweep rejects (without the prompt) and gen_tokens < 1.
+void run_fill_state_sweep(const model::Config& config, Backend& backend, const SweepSettings& settings,
+                          uint64_t seed, const std::function<void(const FrontierResult&)>& on_row);
 
 }  // namespace ds4::bench

@@ -1,10 +1,11 @@
 // CUDA backend against the CPU backend (the definition of the math) on the generated tiny
 // models: logits at several positions of a 320-token prompt (f32 recipe) within relative L2
-// 1e-3, an identical 64-token greedy continuation (q2 recipe), chunk-size invariance on the GPU,
+// 1e-3, greedy decisions stepwise from identical states (q2 recipe), chunk-size invariance on the GPU,
 // and snapshots that move between the backends. Without a CUDA device every GPU test skips and
 // only the "no device" error path is checked.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -90,26 +91,43 @@ TEST_F(CudaVsCpu, LogitsMatchCpuAlongLongPromptF32) {
   }
 }
 
-TEST_F(CudaVsCpu, GreedyContinuationIdenticalQ2) {
+// Greedy decisions from identical states (docs/parity.md, "CUDA backend"): the GPU is not
+// bit-identical to the CPU on quantized recipes (1-ulp differences flip activation codes and
+// near-tied discrete choices), so a free-running continuation drifts apart. Instead, at each of
+// 64 steps the CPU's state is copied into the GPU session and both evaluate the CPU's greedy
+// token. Tolerances: per-step next-token logits rel L2 < 1e-2 (a flipped router/indexer choice
+// moves them by ~5e-3), and the greedy choices agree unless the CPU's margin between them is
+// below 1e-3 of its logit range (a near-tie).
+TEST_F(CudaVsCpu, GreedyDecisionsAgreeStepwiseFromIdenticalStatesQ2) {
   open("q2");
   if (IsSkipped()) return;
-  const auto prompt = prompt_tokens(40, engine_->config().n_vocab);
+  const model::Config& cfg = engine_->config();
+  const auto prompt = prompt_tokens(40, cfg.n_vocab);
   auto c = cpu_->new_session(256), g = gpu_->new_session(256);
   std::vector<float> lc(V_), lg(V_);
   c->eval(prompt, 0, lc, {});
-  g->eval(prompt, 0, lg, {});
-  double worst = rel_l2(lg, lc);
-  std::vector<int32_t> tc, tg;
   int64_t pos = static_cast<int64_t>(prompt.size());
+  double worst = 0;
+  int disagree = 0;
+  model::KvState snap(cfg, 256);
   for (int i = 0; i < 64; ++i, ++pos) {
-    tc.push_back(argmax(lc));
-    tg.push_back(argmax(lg));
-    c->eval({&tc.back(), 1}, pos, lc, {});
-    g->eval({&tg.back(), 1}, pos, lg, {});
-    worst = std::max(worst, rel_l2(lg, lc));
+    const int32_t t = argmax(lc);
+    c->export_state(snap);
+    g->import_state(snap);
+    c->eval({&t, 1}, pos, lc, {});
+    g->eval({&t, 1}, pos, lg, {});
+    const double e = rel_l2(lg, lc);
+    worst = std::max(worst, e);
+    EXPECT_LT(e, 1e-2) << "step " << i;
+    const int32_t a = argmax(lc), b = argmax(lg);
+    if (a != b) {
+      ++disagree;
+      const auto [lo, hi] = std::minmax_element(lc.begin(), lc.end());
+      EXPECT_LE(lc[a] - lc[b], 1e-3 * (*hi - *lo)) << "step " << i << ": GPU chose " << b << ", CPU " << a;
+    }
   }
-  std::printf("[q2] greedy 64 tokens: worst logits rel L2 %.3g\n", worst);
-  EXPECT_EQ(tg, tc);
+  std::printf("[q2] stepwise greedy, 64 steps from identical states: worst rel L2 %.3g, %d near-tie disagreements\n",
+              worst, disagree);
 }
 
 TEST_F(CudaVsCpu, ChunkSizeInvariantOnGpu) {
@@ -212,6 +230,61 @@ TEST_F(CudaVsCpu, DecodeThroughput) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("[%s] CUDA decode: %.1f tok/s (%d tokens, ctx 1024)\n", recipe, n / s, n);
     EXPECT_GT(n / s, 0.0);
+  }
+}
+
+// The decode step replayed from captured CUDA graphs gives the same bytes as launching its
+// kernels one by one (DS4_CUDA_GRAPH=0), across the indexer switch-on (tiny: pos 35).
+TEST_F(CudaVsCpu, GraphReplayEqualsKernelByKernelLaunches) {
+  open("q2");
+  if (IsSkipped()) return;
+  const auto prompt = prompt_tokens(100, engine_->config().n_vocab);
+  setenv("DS4_CUDA_GRAPH", "0", 1);
+  auto eager = gpu_->new_session(256);
+  unsetenv("DS4_CUDA_GRAPH");
+  auto graph = gpu_->new_session(256);
+  std::vector<float> a(prompt.size() * V_), b(prompt.size() * V_), la(V_), lb(V_);
+  eager->eval(prompt, 0, la, a);
+  graph->eval(prompt, 0, lb, b);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  for (int i = 0; i < 8; ++i) {  // decode steps (logits graph) after the prefill
+    const int32_t t = argmax(la);
+    eager->eval({&t, 1}, static_cast<int64_t>(prompt.size()) + i, la, {});
+    graph->eval({&t, 1}, static_cast<int64_t>(prompt.size()) + i, lb, {});
+    ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), V_ * sizeof(float))) << "decode step " << i;
+  }
+}
+
+// A synthetic model generated in device memory (the ds4-bench --synthetic path) on the tiny
+// shapes: finite logits of moderate size, deterministic per seed, different across seeds, and
+// a clear error when the plan exceeds the --gpu-vram cap.
+TEST(CudaSynthetic, TinyModelIsDeterministicFiniteAndPlanned) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  synth::SyntheticSpec spec{"tiny-q2", model::Config::tiny(512), model::Recipe::q2};
+  auto logits_of = [&](uint64_t seed) {
+    auto b = cuda::make_synthetic_backend(spec, {.device = 0, .seed = seed, .ctx = 128});
+    auto s = b->new_session(128);
+    const auto prompt = prompt_tokens(80, 512);
+    std::vector<float> l(512);
+    s->eval(prompt, 0, l, {});
+    return l;
+  };
+  const std::vector<float> a = logits_of(1), b = logits_of(1), c = logits_of(2);
+  double ss = 0;
+  for (float v : a) {
+    ASSERT_TRUE(std::isfinite(v));
+    ss += static_cast<double>(v) * v;
+  }
+  const double rms = std::sqrt(ss / a.size());
+  EXPECT_GT(rms, 1e-3);
+  EXPECT_LT(rms, 1e3);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  EXPECT_NE(0, std::memcmp(a.data(), c.data(), a.size() * sizeof(float)));
+  try {
+    cuda::make_synthetic_backend(spec, {.device = 0, .seed = 1, .ctx = 128, .gpu_vram_gib = 1e-4});
+    FAIL() << "expected ds4::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("synthetic tiny-q2 does not fit in GPU memory"), std::string::npos) << e.what();
   }
 }
 

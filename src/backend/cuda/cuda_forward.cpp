@@ -1,30 +1,51 @@
 #include "backend/cuda/cuda_forward.h"
 
 #include <algorithm>
+#include <cstdint>
 
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/launch_stream.h"
 #include "common/error.h"
-#include "model/hyper_connections.h"
 #include "model/rope.h"
-#include "quant/quant.h"
 
 namespace ds4::cuda {
 namespace {
 
-RopeCs angles(const model::RopeParams& p, int64_t pos) {
-  RopeCs cs;
-  cs.n_pair = static_cast<int>(p.n_rot / 2);
-  model::rope_angles(p, static_cast<uint32_t>(pos), {cs.cos, static_cast<size_t>(cs.n_pair)},
-                     {cs.sin, static_cast<size_t>(cs.n_pair)});
-  return cs;
+// cos/sin of every position's RoPE angles ([pos][cos n_pair, sin n_pair]) for `p`.
+DeviceArray<float> rope_table(const model::RopeParams& p, int64_t ctx) {
+  const size_t n_pair = p.n_rot / 2;
+  std::vector<float> t(static_cast<size_t>(ctx) * 2 * n_pair);
+  for (int64_t pos = 0; pos < ctx; ++pos) {
+    float* at = &t[static_cast<size_t>(pos) * 2 * n_pair];
+    model::rope_angles(p, static_cast<uint32_t>(pos), {at, n_pair}, {at + n_pair, n_pair});
+  }
+  DeviceArray<float> d(t.size(), false);
+  d.upload(t.data(), t.size());
+  return d;
 }
+
+// Points launch_stream() at a stream for the lifetime of the guard.
+class StreamGuard {
+ public:
+  explicit StreamGuard(cudaStream_t s) : prev_(launch_stream()) { launch_stream() = s; }
+  ~StreamGuard() { launch_stream() = prev_; }
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  cudaStream_t prev_;
+};
 
 }  // namespace
 
-CudaForward::CudaForward(const model::Config& c, const model::Weights& w, const DeviceWeights& dw,
-                         int64_t ctx)
-    : c_(c), w_(w), dw_(dw), ctx_(ctx) {
+CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx)
+    : c_(c), dw_(dw), ctx_(ctx) {
   if (ctx < 1) fail("context size {} must be at least 1 token", ctx);
-  if (c.n_rot / 2 > static_cast<uint32_t>(kMaxRopePairs)) fail("CUDA backend: n_rot {} too large", c.n_rot);
+  n_pair_ = static_cast<int>(c.n_rot / 2);
+  const char* g = std::getenv("DS4_CUDA_GRAPH");
+  use_graphs_ = !(g && std::strcmp(g, "0") == 0);
   const model::KvEstimate est = model::KvState::estimate(c, ctx);
   raw_cap_ = est.raw_cap;
   const size_t HD = c.head_dim, ID = c.indexer_head_dim;
@@ -46,6 +67,17 @@ CudaForward::CudaForward(const model::Config& c, const model::Weights& w, const 
       L.index_kv = DeviceArray<float>(coff * L.ratio * coff * ID);
       L.index_score = DeviceArray<float>(coff * L.ratio * coff * ID);
     }
+  }
+  max_comp_ = max_comp;
+  const model::RopeConfig rc = model::rope_config(c);
+  rope_dense_ = rope_table(model::rope_params_for_layer(rc, 0), ctx);
+  rope_comp_ = rope_table(model::rope_params_for_layer(rc, 4), ctx);
+  pos_ = DeviceArray<int64_t>(1);
+  {
+    std::vector<int64_t> all(static_cast<size_t>(ctx));
+    for (int64_t p = 0; p < ctx; ++p) all[static_cast<size_t>(p)] = p;
+    positions_ = DeviceArray<int64_t>(all.size(), false);
+    positions_.upload(all.data(), all.size());
   }
   const size_t hc = c.hc_dim(), D = c.n_embd, nh = c.n_hc, U = c.n_expert_used, FF = c.n_ff_exp;
   x_ = DeviceArray<float>(hc);
@@ -85,9 +117,16 @@ CudaForward::CudaForward(const model::Config& c, const model::Weights& w, const 
   top_k_ = DeviceArray<uint32_t>(static_cast<size_t>(std::max<int64_t>(max_comp, 1)) + c.indexer_top_k);
   att_scratch_ = DeviceArray<float>(size_t{c.n_head} * (c.n_swa + static_cast<size_t>(max_comp) + 1));
   act_ = DeviceArray<uint8_t>(dw.max_act_bytes * std::max<size_t>({U, c.n_out_group, 1}));
-  e_host_.resize(D);
-  x_host_.resize(hc);
+  tokens_ = DeviceArray<int32_t>(static_cast<size_t>(ctx));
   reset();
+  check(cudaStreamCreate(&stream_), "cudaStreamCreate");  // last: nothing below can throw
+}
+
+CudaForward::~CudaForward() {
+  for (auto& row : graphs_)
+    for (cudaGraphExec_t g : row)
+      if (g) cudaGraphExecDestroy(g);
+  if (stream_) cudaStreamDestroy(stream_);
 }
 
 void CudaForward::reset() {
@@ -117,29 +156,66 @@ void CudaForward::eval(std::span<const int32_t> tokens, int64_t pos0, std::span<
   const size_t V = c_.n_vocab;
   if (!all_logits.empty() && all_logits.size() < static_cast<size_t>(n) * V)
     fail("all_logits buffer too small");
+  tokens_.upload(tokens.data(), tokens.size(), static_cast<size_t>(pos0));
   for (int64_t t = 0; t < n; ++t) {
     float* out = nullptr;
     if (!all_logits.empty()) out = &all_logits[t * V];
     else if (t == n - 1 && !last_logits.empty()) out = last_logits.data();
-    step(tokens[t], pos0 + t, out);
+    step(pos0 + t, out);
   }
   if (!all_logits.empty() && !last_logits.empty())
     std::copy_n(&all_logits[(n - 1) * V], V, last_logits.begin());
 }
 
-void CudaForward::step(int32_t token, int64_t pos, float* logits) {
+void CudaForward::step(int64_t pos, float* logits) {
+  // Host copies of the counters (snapshots): tokens pushed and rows emitted after this step.
+  for (DevLayerKv& L : kv_) {
+    if (!L.ratio) continue;
+    if (static_cast<int64_t>(L.comp_tokens) != pos)
+      fail("CUDA compressor: position {} out of order, expected {}", pos, L.comp_tokens);
+    L.comp_tokens = static_cast<uint32_t>(pos + 1);
+    L.n_comp = (pos + 1) / L.ratio;
+    if (L.ratio == 4) {
+      L.index_tokens = static_cast<uint32_t>(pos + 1);
+      L.n_index = (pos + 1) / 4;
+    }
+  }
+  // The indexer selects rows once a ratio-4 layer has more than top_k of them (spec §3.4.7).
+  const bool indexer_on = (pos + 1) / 4 > static_cast<int64_t>(c_.indexer_top_k);
+  const bool want_logits = logits != nullptr;
+  StreamGuard guard(stream_);
+  check(cudaMemcpyAsync(pos_.get(), positions_.get() + pos, sizeof(int64_t), cudaMemcpyDeviceToDevice, stream_),
+        "position copy");
+  if (!use_graphs_) {
+    launch_step(indexer_on, want_logits);
+  } else {
+    cudaGraphExec_t& exec = graphs_[indexer_on][want_logits];
+    if (!exec) {
+      cudaGraph_t graph = nullptr;
+      check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      launch_step(indexer_on, want_logits);
+      check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+      const cudaError_t st = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      check(st, "cudaGraphInstantiate");
+    }
+    check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
+  }
+  if (want_logits)
+    check(cudaMemcpyAsync(logits, logits_.get(), c_.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+          "logits copy");
+  check(cudaGetLastError(), "forward step");
+  if (want_logits) check(cudaStreamSynchronize(stream_), "forward step");
+}
+
+void CudaForward::launch_step(bool indexer_on, bool logits) {
   const size_t D = c_.n_embd, nh = c_.n_hc;
-  // Embedding row on the host, replicated into the n_hc streams (spec §3.2).
-  quant::dequantize_row(w_.token_embd.type, w_.token_embd.row(token), e_host_.data(),
-                        static_cast<int64_t>(D));
-  model::hc_from_embedding(e_host_, nh, x_host_);
-  x_.upload(x_host_.data(), x_host_.size());
-  const model::RopeConfig rc = model::rope_config(c_);
-  rope_dense_ = angles(model::rope_params_for_layer(rc, 0), pos);
-  rope_comp_ = angles(model::rope_params_for_layer(rc, 4), pos);
+  // Embedding row looked up on the device, replicated into the n_hc streams (spec §3.2).
+  embed(dw_.token_embd.data, dw_.token_embd.type, dw_.token_embd.row_bytes, tokens_.get(), pos_.get(),
+        static_cast<int>(nh), static_cast<int64_t>(D), x_.get());
   for (uint32_t il = 0; il < c_.n_layer; ++il) {
-    attention_layer(il, pos);
-    ffn_layer(il, token);
+    attention_layer(il, indexer_on);
+    ffn_layer(il);
   }
   if (logits) {  // output head (spec §3.6)
     rms_norm(x_.get(), nullptr, flat_.get(), static_cast<int64_t>(c_.hc_dim()), 1, c_.rms_eps);
@@ -148,9 +224,9 @@ void CudaForward::step(int32_t token, int64_t pos, float* logits) {
               static_cast<int>(nh), c_.hc_eps, x_.get(), static_cast<int64_t>(D), z_.get());
     rms_norm(z_.get(), dw_.output_norm.get(), z_.get(), static_cast<int64_t>(D), 1, c_.rms_eps);
     mv(dw_.output, z_.get(), logits_.get());
-    logits_.download(logits, c_.n_vocab);
   }
-  check(cudaGetLastError(), "forward step");
+  // Every layer swaps x_/x_next_ twice, so a step ends on the buffers it started with and a
+  // captured graph's pointers stay valid for the next step.
 }
 
 void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
@@ -163,46 +239,30 @@ void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
                   sub_in_.get());
 }
 
-// Compressor projection + push (model::Compressor::push, spec §3.4.5/§3.4.7): on emit the
-// pooled row is normed, rotated at its first position, quantized, rounded to f16 and appended.
+// Compressor projection + push (model::Compressor::push, spec §3.4.5/§3.4.7): store, then on
+// emit the pooled row is normed, rotated at its first position, quantized, rounded to f16 and
+// appended (compressor_emit, a no-op at other positions).
 void CudaForward::push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w,
                                   const DeviceArray<float>& ape, const DeviceArray<float>& norm,
-                                  bool indexer, uint32_t r, int64_t pos,
-                                  DeviceArray<float>& state_kv, DeviceArray<float>& state_score,
-                                  uint32_t& tokens, DeviceArray<float>& rows, int64_t& n_rows) {
+                                  bool indexer, uint32_t r, DeviceArray<float>& state_kv,
+                                  DeviceArray<float>& state_score, DeviceArray<float>& rows) {
   const int64_t d = indexer ? c_.indexer_head_dim : c_.head_dim;
   const int64_t width = (r == 4 ? 2 : 1) * d;
   mv(kv_w, h_.get(), ck_.get());
   mv(gate_w, h_.get(), cs_.get());
-  if (static_cast<int64_t>(tokens) != pos)
-    fail("CUDA compressor: position {} out of order, expected {}", pos, tokens);
-  const auto pu = static_cast<uint32_t>(pos);
-  const int64_t state_row = r == 4 ? 4 + pu % 4 : pu % r;
-  compressor_store(ck_.get(), cs_.get(), ape.get(), width, r, pu, state_row, state_kv.get(),
-                   state_score.get());
-  tokens = pu + 1;
-  if ((pu + 1) % r != 0) return;
-  compressor_pool(state_kv.get(), state_score.get(), r, d, row_.get());
-  rms_norm(row_.get(), norm.get(), row_.get(), d, 1, c_.rms_eps);
-  const RopeCs cs = angles(model::rope_params_for_layer(model::rope_config(c_), r), pu + 1 - r);
-  rope_tail(row_.get(), 1, d, cs, false);
-  if (indexer)
-    indexer_qat(row_.get(), 1, d);
-  else
-    fp8_round_trip(row_.get(), d - c_.n_rot);
-  if (static_cast<size_t>(n_rows + 1) * d > rows.size()) fail("CUDA compressor: row store full");
-  round_f16_copy(row_.get(), d, rows.get() + n_rows * d);
-  ++n_rows;
-  if (r == 4) compressor_shift(state_kv.get(), state_score.get(), width);
+  compressor_store(ck_.get(), cs_.get(), ape.get(), width, r, pos_.get(), state_kv.get(), state_score.get());
+  compressor_emit(state_kv.get(), state_score.get(), r, d, norm.get(), c_.rms_eps, rope_comp_.get(), n_pair_,
+                  indexer, d - c_.n_rot, pos_.get(), row_.get(), rows.get());
 }
 
-void CudaForward::attention_layer(uint32_t il, int64_t pos) {
+void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   const DevLayer& L = dw_.layers[il];
   DevLayerKv& kv = kv_[il];
   const int64_t D = c_.n_embd, HD = c_.head_dim, QL = c_.q_lora_rank;
   const int nhead = static_cast<int>(c_.n_head);
   const uint32_t ratio = kv.ratio;
-  const RopeCs& rope = ratio ? rope_comp_ : rope_dense_;
+  const float* rope = ratio ? rope_comp_.get() : rope_dense_.get();
+  const int64_t* pos = pos_.get();
 
   hc_pre(L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
   rms_norm(sub_in_.get(), L.attn_norm.get(), h_.get(), D, 1, c_.rms_eps);
@@ -211,37 +271,41 @@ void CudaForward::attention_layer(uint32_t il, int64_t pos) {
   rms_norm(qr_.get(), L.attn_q_a_norm.get(), qr_.get(), QL, 1, c_.rms_eps);
   mv(L.attn_q_b, qr_.get(), q_.get());
   rms_norm(q_.get(), nullptr, q_.get(), HD, nhead, c_.rms_eps);
-  rope_tail(q_.get(), nhead, HD, rope, false);
+  rope_tail(q_.get(), nhead, HD, rope, n_pair_, pos, false);
   // KV row (spec §3.4.2) into the raw ring.
   mv(L.attn_kv, h_.get(), kv_row_.get());
   rms_norm(kv_row_.get(), L.attn_kv_a_norm.get(), kv_row_.get(), HD, 1, c_.rms_eps);
-  rope_tail(kv_row_.get(), 1, HD, rope, false);
-  kv_store(kv_row_.get(), HD, c_.nope_dim(), kv.raw.get() + (pos % raw_cap_) * HD);
+  rope_tail(kv_row_.get(), 1, HD, rope, n_pair_, pos, false);
+  kv_store(kv_row_.get(), HD, c_.nope_dim(), kv.raw.get(), raw_cap_, pos);
   // Compressor and indexer (spec §3.4.5, §3.4.7).
   if (ratio)
-    push_compressor(L.comp_kv, L.comp_gate, L.comp_ape, L.comp_norm, false, ratio, pos, kv.comp_kv,
-                    kv.comp_score, kv.comp_tokens, kv.comp, kv.n_comp);
+    push_compressor(L.comp_kv, L.comp_gate, L.comp_ape, L.comp_norm, false, ratio, kv.comp_kv,
+                    kv.comp_score, kv.comp);
   if (ratio == 4)
     push_compressor(L.idx_comp_kv, L.idx_comp_gate, L.idx_comp_ape, L.idx_comp_norm, true, ratio,
-                    pos, kv.index_kv, kv.index_score, kv.index_tokens, kv.index, kv.n_index);
-  const int64_t lo = std::max<int64_t>(0, pos - static_cast<int64_t>(c_.n_swa) + 1);
+                    kv.index_kv, kv.index_score, kv.index);
+  // Rows attended: window + compressed rows, or window + top_k selected rows (ratio 4, once the
+  // layer has more than top_k rows).
   const uint32_t* sel = nullptr;
   int64_t n_sel = 0;
-  if (ratio == 4 && kv.n_comp > static_cast<int64_t>(c_.indexer_top_k)) {
+  int64_t max_rows = c_.n_swa;
+  if (ratio) max_rows += std::min<int64_t>(ctx_ / ratio + 2, ratio == 4 ? c_.indexer_top_k : INT64_MAX);
+  if (ratio == 4 && indexer_on) {
     const int64_t ID = c_.indexer_head_dim;
     const int IH = static_cast<int>(c_.n_indexer_head);
     mv(L.idx_q_b, qr_.get(), iq_.get());
     mv(L.idx_proj, h_.get(), iw_.get());
-    rope_tail(iq_.get(), IH, ID, rope, false);
+    rope_tail(iq_.get(), IH, ID, rope, n_pair_, pos, false);
     indexer_qat(iq_.get(), IH, ID);
-    indexer_scores(iq_.get(), iw_.get(), IH, ID, kv.index.get(), kv.n_comp, scores_.get());
-    indexer_top_k(scores_.get(), kv.n_comp, c_.indexer_top_k, top_k_.get());
+    const int64_t max_idx = ctx_ / 4 + 2;
+    indexer_scores(iq_.get(), iw_.get(), IH, ID, kv.index.get(), pos, 4, max_idx, scores_.get());
+    indexer_top_k(scores_.get(), pos, 4, max_idx, c_.indexer_top_k, top_k_.get());
     sel = top_k_.get();
     n_sel = c_.indexer_top_k;
   }
-  sink_attention(q_.get(), L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, lo, pos,
-                 kv.comp.get(), kv.n_comp, sel, n_sel, att_scratch_.get(), attn_.get());
-  rope_tail(attn_.get(), nhead, HD, rope, true);
+  sink_attention(q_.get(), L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos,
+                 kv.comp.get(), ratio, sel, n_sel, max_rows, att_scratch_.get(), attn_.get());
+  rope_tail(attn_.get(), nhead, HD, rope, n_pair_, pos, true);
   // Grouped low-rank output projection (spec §3.4.9): group g reads its heads' slice.
   const int64_t GI = c_.group_in_dim(), OL = c_.o_lora_rank;
   matvec(L.attn_output_a, 0, OL, OL, nullptr, static_cast<int>(c_.n_out_group), attn_.get(), GI,
@@ -251,7 +315,7 @@ void CudaForward::attention_layer(uint32_t il, int64_t pos) {
   std::swap(x_, x_next_);
 }
 
-void CudaForward::ffn_layer(uint32_t il, int32_t token) {
+void CudaForward::ffn_layer(uint32_t il) {
   const DevLayer& L = dw_.layers[il];
   const int64_t D = c_.n_embd, FF = c_.n_ff_exp;
   const int U = static_cast<int>(c_.n_expert_used);
@@ -259,13 +323,14 @@ void CudaForward::ffn_layer(uint32_t il, int32_t token) {
 
   hc_pre(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
   rms_norm(sub_in_.get(), L.ffn_norm.get(), h_.get(), D, 1, c_.rms_eps);
-  // Router (spec §3.5).
+  // Router (spec §3.5); expert ids stay on the device.
   mv(L.ffn_gate_inp, h_.get(), router_logits_.get());
   const bool hash = c_.is_hash_layer(il);
   router(router_logits_.get(), static_cast<int>(c_.n_expert),
          L.exp_probs_b.size() ? L.exp_probs_b.get() : nullptr, hash ? L.tid2eid.get() : nullptr,
-         token, U, c_.expert_weight_scale, probs_.get(), sel_.get(), sel_w_.get(), order_.get());
-  // Routed experts: rows of expert sel[s] in each stacked tensor.
+         tokens_.get(), pos_.get(), U, c_.expert_weight_scale, probs_.get(), sel_.get(), sel_w_.get(),
+         order_.get());
+  // Routed experts: only the rows of experts sel[s] of each stacked tensor are read.
   matvec(L.ffn_gate_exps, 0, FF, FF, sel_.get(), U, h_.get(), 0, gate_.get(), FF, act_.get());
   matvec(L.ffn_up_exps, 0, FF, FF, sel_.get(), U, h_.get(), 0, up_.get(), FF, act_.get());
   swiglu(gate_.get(), up_.get(), U, FF, clamp, sel_w_.get(), mid_.get());

@@ -1,6 +1,15 @@
 // One CUDA session: the KV/compressor/indexer state of spec §4.1 in device memory, scratch
 // buffers, and the per-token forward step (the math of backend/cpu/forward.cpp, spec §3).
+//
+// A step reads everything that changes from token to token (position, token id, RoPE angles,
+// ring slots, compressed-row counts) from device memory, so its launches are the same for every
+// position of one "variant" (indexer selection active or not, logits or not). Each variant is
+// captured once into a CUDA graph and replayed per token (one launch instead of ~3000); set
+// DS4_CUDA_GRAPH=0 in the environment to launch the kernels one by one instead (same kernels,
+// same results).
 #pragma once
+
+#include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <span>
@@ -10,11 +19,11 @@
 #include "backend/cuda/device_weights.h"
 #include "model/config.h"
 #include "model/kv_state.h"
-#include "model/weights.h"
 
 namespace ds4::cuda {
 
-/// Device state of one layer (model::LayerKv): raw ring, compressed rows, frontiers, counters.
+/// Device state of one layer (model::LayerKv): raw ring, compressed rows, frontiers, and the
+/// host's copy of the counters (for snapshots; the kernels derive them from the position).
 struct DevLayerKv {
   uint32_t ratio = 0;
   DeviceArray<float> raw;            ///< raw_cap x head_dim
@@ -27,8 +36,13 @@ struct DevLayerKv {
 /// Runs tokens through the model on the device for one session of `ctx` tokens.
 class CudaForward {
  public:
-  /// Allocates the state and scratch. Throws ds4::Error when ctx < 1 or memory runs out.
-  CudaForward(const model::Config& c, const model::Weights& w, const DeviceWeights& dw, int64_t ctx);
+  /// Allocates the state and scratch (model::KvState::estimate + synth::session_scratch_bytes
+  /// bytes) and the RoPE angle tables of every position. Throws ds4::Error when ctx < 1 or
+  /// memory runs out.
+  CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx);
+  ~CudaForward();
+  CudaForward(const CudaForward&) = delete;
+  CudaForward& operator=(const CudaForward&) = delete;
 
   /// Evaluates tokens at pos0.. one at a time (see BackendSession::eval for the contract).
   void eval(std::span<const int32_t> tokens, int64_t pos0, std::span<float> last_logits,
@@ -42,33 +56,38 @@ class CudaForward {
   int64_t ctx() const { return ctx_; }
 
  private:
-  void step(int32_t token, int64_t pos, float* logits);
+  void step(int64_t pos, float* logits);
+  void launch_step(bool indexer_on, bool logits);  // the kernels of one step, on stream_
   void hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale, const DeviceArray<float>& base);
-  void attention_layer(uint32_t il, int64_t pos);
-  void ffn_layer(uint32_t il, int32_t token);
+  void attention_layer(uint32_t il, bool indexer_on);
+  void ffn_layer(uint32_t il);
   void push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w, const DeviceArray<float>& ape,
-                       const DeviceArray<float>& norm, bool indexer, uint32_t ratio, int64_t pos,
+                       const DeviceArray<float>& norm, bool indexer, uint32_t ratio,
                        DeviceArray<float>& state_kv, DeviceArray<float>& state_score,
-                       uint32_t& tokens, DeviceArray<float>& rows, int64_t& n_rows);
+                       DeviceArray<float>& rows);
   void mv(const DevMatrix& w, const float* x, float* y) {
     matvec(w, 0, w.rows, 0, nullptr, 1, x, 0, y, 0, act_.get());
   }
 
   const model::Config& c_;
-  const model::Weights& w_;
   const DeviceWeights& dw_;
   int64_t ctx_;
   uint32_t raw_cap_;
+  int n_pair_;
+  int64_t max_comp_ = 0;  // most compressed rows of any layer
+  bool use_graphs_ = true;
+  cudaStream_t stream_ = nullptr;
+  cudaGraphExec_t graphs_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};  // [indexer_on][logits]
   std::vector<DevLayerKv> kv_;
-  RopeCs rope_dense_, rope_comp_;   // angles at the current position
+  DeviceArray<float> rope_dense_, rope_comp_;  // [ctx][cos n_pair, sin n_pair]
+  DeviceArray<int64_t> pos_, positions_;       // the step's position; 0..ctx-1 to copy it from
   // Scratch (one token).
   DeviceArray<float> x_, x_next_, flat_, mix_, pre_, post_, comb_, sub_in_, h_, y_, qr_, q_,
       kv_row_, ck_, cs_, iq_, iw_, attn_, low_, router_logits_, probs_, sel_w_, gate_, up_, mid_,
       down_, sh_down_, head_pre_, z_, logits_, row_, scores_, att_scratch_;
-  DeviceArray<int32_t> sel_, order_;
+  DeviceArray<int32_t> sel_, order_, tokens_;  // tokens_: the id at each position (ctx)
   DeviceArray<uint32_t> top_k_;
   DeviceArray<uint8_t> act_;
-  std::vector<float> e_host_, x_host_;
 };
 
 }  // namespace ds4::cuda

@@ -17,12 +17,13 @@ inline void check(cudaError_t st, const char* what) {
   if (st != cudaSuccess) fail("CUDA error in {}: {}", what, cudaGetErrorString(st));
 }
 
-/// A device buffer of `n` elements of T (plain cudaMalloc; zero-initialised). Move-only.
+/// A device buffer of `n` elements of T (plain cudaMalloc; zero-initialised unless `zero` is
+/// false, for buffers that are fully written next). Move-only.
 template <typename T>
 class DeviceArray {
  public:
   DeviceArray() = default;
-  explicit DeviceArray(size_t n) : n_(n) {
+  explicit DeviceArray(size_t n, bool zero = true) : n_(n) {
     if (n == 0) return;
     const cudaError_t st = cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T));
     if (st != cudaSuccess) {
@@ -30,7 +31,7 @@ class DeviceArray {
       fail("cannot allocate {:.1f} MiB of CUDA device memory: {}",
            static_cast<double>(n * sizeof(T)) / (1 << 20), cudaGetErrorString(st));
     }
-    check(cudaMemset(p_, 0, n * sizeof(T)), "cudaMemset");
+    if (zero) check(cudaMemset(p_, 0, n * sizeof(T)), "cudaMemset");
   }
   DeviceArray(DeviceArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   DeviceArray& operator=(DeviceArray&& o) noexcept {

@@ -1,8 +1,21 @@
 #include "backend/cuda/device_weights.h"
 
+#include <map>
+
+#include "backend/synthetic/synthetic_model.h"
 #include "quant/quant.h"
 
 namespace ds4::cuda {
+
+DevMatrix DeviceWeights::adopt(DeviceArray<uint8_t> buf, GgmlType type, int64_t cols, int64_t rows,
+                               bool act) {
+  DevMatrix d{static_cast<uint32_t>(type), buf.get(), cols, rows, quant::row_bytes(type, cols)};
+  bytes += buf.size();
+  store_.push_back(std::move(buf));
+  const size_t ab = act ? act_row_bytes(d.type, d.cols) : 0;
+  if (ab > max_act_bytes) max_act_bytes = ab;
+  return d;
+}
 
 DevMatrix DeviceWeights::upload(const model::Matrix& m) {
   if (!m) return {};
@@ -17,12 +30,7 @@ DevMatrix DeviceWeights::upload(const model::Matrix& m) {
   const size_t n = m.row_bytes * static_cast<size_t>(m.rows);
   DeviceArray<uint8_t> buf(n);
   buf.upload(m.data, n);
-  DevMatrix d{static_cast<uint32_t>(m.type), buf.get(), m.cols, m.rows, m.row_bytes};
-  store_.push_back(std::move(buf));
-  bytes += n;
-  const size_t ab = act_row_bytes(d.type, d.cols);
-  if (ab > max_act_bytes) max_act_bytes = ab;
-  return d;
+  return adopt(std::move(buf), m.type, m.cols, m.rows, true);
 }
 
 DeviceArray<float> DeviceWeights::upload(const std::vector<float>& v) {
@@ -33,6 +41,18 @@ DeviceArray<float> DeviceWeights::upload(const std::vector<float>& v) {
 }
 
 DeviceWeights::DeviceWeights(const model::Config& c, const model::Weights& w) {
+  switch (w.token_embd.type) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: break;
+    default:
+      fail("CUDA backend: token_embd.weight has type {}; the CUDA lookup supports F32, F16, BF16, Q8_0",
+           ggml_type_name(w.token_embd.type));
+  }
+  {
+    const size_t n = w.token_embd.row_bytes * static_cast<size_t>(w.token_embd.rows);
+    DeviceArray<uint8_t> buf(n);
+    buf.upload(w.token_embd.data, n);
+    token_embd = adopt(std::move(buf), w.token_embd.type, w.token_embd.cols, w.token_embd.rows, false);
+  }
   layers.resize(c.n_layer);
   for (uint32_t il = 0; il < c.n_layer; ++il) {
     const model::LayerWeights& s = w.layers[il];
@@ -80,6 +100,93 @@ DeviceWeights::DeviceWeights(const model::Config& c, const model::Weights& w) {
   output_hc_scale = upload(w.output_hc_scale);
   output_hc_base = upload(w.output_hc_base);
   output_norm = upload(w.output_norm);
+}
+
+DeviceWeights::DeviceWeights(const model::Config& c, model::Recipe recipe, uint64_t seed) {
+  c.validate("synthetic model config");
+  std::map<std::string, model::TensorSpec> specs;
+  for (model::TensorSpec& s : model::expected_tensors(c)) specs.emplace(s.name, std::move(s));
+  auto spec_of = [&](const std::string& name) -> const model::TensorSpec* {
+    const auto it = specs.find(name);
+    return it == specs.end() ? nullptr : &it->second;
+  };
+  auto elems = [](const model::TensorSpec& s) {
+    uint64_t n = 1;
+    for (uint64_t d : s.shape) n *= d;
+    return n;
+  };
+  // A matrix generated in place: rows = all dims but the first (expert-major for 3-D stacks).
+  auto mat = [&](const std::string& name) -> DevMatrix {
+    const model::TensorSpec* s = spec_of(name);
+    if (!s) return {};
+    const GgmlType type = model::recipe_type(*s, recipe);
+    const auto cols = static_cast<int64_t>(s->shape[0]);
+    const auto rows = static_cast<int64_t>(elems(*s) / s->shape[0]);
+    const synth::SynthParams p = synth::synth_params(type, synth::matrix_stdev(*s), synth::tensor_seed(seed, name));
+    DeviceArray<uint8_t> buf(quant::row_bytes(type, cols) * static_cast<size_t>(rows), /*zero=*/false);
+    synth_fill(p, buf.get(), buf.size() / p.block_bytes);
+    check(cudaGetLastError(), "synthetic weight generation");
+    return adopt(std::move(buf), type, cols, rows, s->kind != model::TensorKind::TokenEmbedding);
+  };
+  auto vec = [&](const std::string& name) -> DeviceArray<float> {
+    const model::TensorSpec* s = spec_of(name);
+    if (!s) return {};
+    std::vector<float> v(elems(*s));
+    synth::fill_vector(*s, c, seed, v);
+    return upload(v);
+  };
+  token_embd = mat("token_embd.weight");
+  layers.resize(c.n_layer);
+  for (uint32_t il = 0; il < c.n_layer; ++il) {
+    DevLayer& d = layers[il];
+    const std::string b = "blk." + std::to_string(il) + ".";
+    d.hc_attn_fn = mat(b + "hc_attn_fn.weight");
+    d.hc_ffn_fn = mat(b + "hc_ffn_fn.weight");
+    d.attn_q_a = mat(b + "attn_q_a.weight");
+    d.attn_q_b = mat(b + "attn_q_b.weight");
+    d.attn_kv = mat(b + "attn_kv.weight");
+    d.attn_output_a = mat(b + "attn_output_a.weight");
+    d.attn_output_b = mat(b + "attn_output_b.weight");
+    d.comp_kv = mat(b + "attn_compressor_kv.weight");
+    d.comp_gate = mat(b + "attn_compressor_gate.weight");
+    d.idx_q_b = mat(b + "indexer.attn_q_b.weight");
+    d.idx_proj = mat(b + "indexer.proj.weight");
+    d.idx_comp_kv = mat(b + "indexer_compressor_kv.weight");
+    d.idx_comp_gate = mat(b + "indexer_compressor_gate.weight");
+    d.ffn_gate_inp = mat(b + "ffn_gate_inp.weight");
+    d.ffn_gate_exps = mat(b + "ffn_gate_exps.weight");
+    d.ffn_up_exps = mat(b + "ffn_up_exps.weight");
+    d.ffn_down_exps = mat(b + "ffn_down_exps.weight");
+    d.ffn_gate_shexp = mat(b + "ffn_gate_shexp.weight");
+    d.ffn_up_shexp = mat(b + "ffn_up_shexp.weight");
+    d.ffn_down_shexp = mat(b + "ffn_down_shexp.weight");
+    d.hc_attn_scale = vec(b + "hc_attn_scale.weight");
+    d.hc_attn_base = vec(b + "hc_attn_base.weight");
+    d.hc_ffn_scale = vec(b + "hc_ffn_scale.weight");
+    d.hc_ffn_base = vec(b + "hc_ffn_base.weight");
+    d.attn_norm = vec(b + "attn_norm.weight");
+    d.attn_q_a_norm = vec(b + "attn_q_a_norm.weight");
+    d.attn_kv_a_norm = vec(b + "attn_kv_a_norm.weight");
+    d.attn_sinks = vec(b + "attn_sinks.weight");
+    d.comp_ape = vec(b + "attn_compressor_ape.weight");
+    d.comp_norm = vec(b + "attn_compressor_norm.weight");
+    d.idx_comp_ape = vec(b + "indexer_compressor_ape.weight");
+    d.idx_comp_norm = vec(b + "indexer_compressor_norm.weight");
+    d.ffn_norm = vec(b + "ffn_norm.weight");
+    d.exp_probs_b = vec(b + "exp_probs_b.bias");
+    if (c.is_hash_layer(il)) {
+      const std::vector<int32_t> ids = synth::hash_table(c, synth::tensor_seed(seed, b + "ffn_gate_tid2eid.weight"));
+      d.tid2eid = DeviceArray<int32_t>(ids.size());
+      d.tid2eid.upload(ids.data(), ids.size());
+      bytes += ids.size() * sizeof(int32_t);
+    }
+  }
+  output_hc_fn = mat("output_hc_fn.weight");
+  output = mat("output.weight");
+  output_hc_scale = vec("output_hc_scale.weight");
+  output_hc_base = vec("output_hc_base.weight");
+  output_norm = vec("output_norm.weight");
+  check(cudaDeviceSynchronize(), "synthetic weight generation");
 }
 
 }  // namespace ds4::cuda

@@ -1,6 +1,6 @@
-// The model's tensors copied to CUDA device memory (spec §2.2 names): matrices keep their GGUF
-// block bytes, 1-D vectors are f32. The token embedding is not uploaded: rows are dequantized
-// on the host per token (a lookup, not a product).
+// The model's tensors in CUDA device memory (spec §2.2 names): matrices keep their GGUF block
+// bytes, 1-D vectors and compressor position tables are f32. Either copied from a loaded file
+// or generated in place for a synthetic model (ds4-bench --synthetic, no host copy at all).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/kernels.h"
 #include "model/config.h"
+#include "model/layout.h"
 #include "model/weights.h"
 
 namespace ds4::cuda {
@@ -33,7 +34,14 @@ class DeviceWeights {
   /// tensor) or when device memory runs out.
   DeviceWeights(const model::Config& c, const model::Weights& w);
 
+  /// Generates a synthetic model of config `c` directly in device memory: every tensor of
+  /// model::expected_tensors(c) with type model::recipe_type(spec, recipe) and seeded random
+  /// blocks (synth::synth_block, stdev synth::matrix_stdev), vectors and hash tables from
+  /// synth::fill_vector / synth::hash_table. Throws ds4::Error when device memory runs out.
+  DeviceWeights(const model::Config& c, model::Recipe recipe, uint64_t seed);
+
   std::vector<DevLayer> layers;
+  DevMatrix token_embd;  ///< [n_embd, n_vocab], F32/F16/BF16/Q8_0 (rows looked up by embed())
   DevMatrix output_hc_fn, output;
   DeviceArray<float> output_hc_scale, output_hc_base, output_norm;
   uint64_t bytes = 0;          ///< device bytes of all uploaded tensors
@@ -41,6 +49,7 @@ class DeviceWeights {
 
  private:
   DevMatrix upload(const model::Matrix& m);
+  DevMatrix adopt(DeviceArray<uint8_t> buf, GgmlType type, int64_t cols, int64_t rows, bool act);
   DeviceArray<float> upload(const std::vector<float>& v);
   std::vector<DeviceArray<uint8_t>> store_;
 };

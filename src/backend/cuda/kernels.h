@@ -1,6 +1,8 @@
 // Launchers of the CUDA backend's kernels (kernels_*.cu), callable from plain C++. Every pointer
-// is device memory unless noted; every launch goes to the default stream and returns at once
-// (errors surface at the next synchronising call, which the caller checks). Shapes follow the
+// is device memory unless noted; every launch goes to launch_stream() (launch_stream.h) and
+// returns at once (errors surface at the next synchronising call, which the caller checks).
+// Values that change from token to token (the position, the token id) are read from device
+// memory (`pos`, `tokens`), so one captured CUDA graph replays every decode step. Shapes follow the
 // CPU units in src/model and src/quant, whose results the kernels reproduce operation for
 // operation (same summation orders, round-half-even quantizers, no fused multiply-adds).
 #pragma once
@@ -8,17 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/synthetic/synthetic_blocks.h"
+
 namespace ds4::cuda {
-
-/// Largest RoPE pair count passed by value (model::kMaxRopeDims / 2).
-inline constexpr int kMaxRopePairs = 128;
-
-/// cos/sin of one position's RoPE angles, computed on the host by model::rope_angles.
-struct RopeCs {
-  int n_pair = 0;
-  float cos[kMaxRopePairs];
-  float sin[kMaxRopePairs];
-};
 
 /// A weight matrix in device memory: `rows` rows of `cols` elements of ggml type `type`.
 struct DevMatrix {
@@ -67,57 +61,69 @@ void hc_post(const float* y, const float* x, const float* post, const float* com
 void hc_output(const float* logits, const float* scale, const float* base, int n_hc, float eps,
                const float* x, int64_t d, float* z);
 
-/// Tail RoPE (model::rope_tail_apply) on `n_heads` heads of `head_dim` values.
-void rope_tail(float* x, int n_heads, int64_t head_dim, const RopeCs& cs, bool inverse);
+/// Tail RoPE (model::rope_tail_apply) on `n_heads` heads of `head_dim` values with the angles of
+/// position *pos from `table` ([position][cos n_pair, sin n_pair], model::rope_angles).
+void rope_tail(float* x, int n_heads, int64_t head_dim, const float* table, int n_pair,
+               const int64_t* pos, bool inverse);
 
 /// KV row store (spec §3.4.2): FP8 round trip on row[0, n_fp8), f16 rounding of all `dim`
-/// values, written to dst (row may be modified in place).
-void kv_store(float* row, int64_t dim, int64_t n_fp8, float* dst);
+/// values, written to ring row *pos % raw_cap of `raw` (row is modified in place).
+void kv_store(float* row, int64_t dim, int64_t n_fp8, float* raw, int64_t raw_cap, const int64_t* pos);
 
-/// Compressor push, first half (model::Compressor::push): APE row (pos % ratio) added to the
-/// score, kv/score written to frontier row `state_row` of `width`.
+/// Compressor push, first half (model::Compressor::push): APE row (*pos % ratio) added to the
+/// score, kv/score written to frontier row (ratio 4: 4 + pos % 4, else pos % ratio) of `width`.
 void compressor_store(const float* kv, const float* score, const float* ape, int64_t width,
-                      uint32_t ratio, uint32_t pos, int64_t state_row, float* state_kv,
-                      float* state_score);
+                      uint32_t ratio, const int64_t* pos, float* state_kv, float* state_score);
 
-/// Softmax pooling of a full frontier (model::compressor_pool) into out [d].
-void compressor_pool(const float* state_kv, const float* state_score, uint32_t ratio, int64_t d,
-                     float* out);
-
-/// Shifts a ratio-4 frontier's current lane (rows 4..7) into the previous lane (rows 0..3).
-void compressor_shift(float* state_kv, float* state_score, int64_t width);
-
-/// FP8 (E4M3FN, 64-value blocks) round trip of x[0, n) (model::fp8_kv_round_trip).
-void fp8_round_trip(float* x, int64_t n);
+/// Compressor push, second half, a no-op unless (*pos + 1) % ratio == 0 (one launch): softmax
+/// pooling of the frontier (model::compressor_pool) into `row` [d], RMSNorm with `norm`, tail
+/// RoPE at the row's first position (pos + 1 - ratio, angles from rope_table), then the FP8
+/// round trip of row[0, n_fp8) (attention rows) or the indexer QAT (indexer rows), f16 rounding
+/// into row (pos + 1) / ratio - 1 of `rows`, and for ratio 4 the lane shift of the frontier.
+void compressor_emit(float* state_kv, float* state_score, uint32_t ratio, int64_t d, const float* norm,
+                     float eps, const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,
+                     const int64_t* pos, float* row, float* rows);
 
 /// Indexer QAT (model::indexer_qat_row) on n_rows rows of dim: Hadamard then FP4 round trip.
 void indexer_qat(float* x, int n_rows, int64_t dim);
 
-/// Rounds x[0, n) to f16 and copies it to dst.
-void round_f16_copy(const float* x, int64_t n, float* dst);
+/// Token embedding (quant::dequantize_row of row tokens[*pos] of `table`, type F32/F16/BF16/
+/// Q8_0, `row_bytes` per row) copied into the n_hc streams of x [n_hc*d]
+/// (model::hc_from_embedding).
+void embed(const uint8_t* table, uint32_t type, size_t row_bytes, const int32_t* tokens,
+           const int64_t* pos, int n_hc, int64_t d, float* x);
+
+/// Fills `n_blocks` blocks at `out` with synth::synth_block(params, i) for i in [0, n_blocks)
+/// (seeded synthetic weights, src/backend/synthetic/synthetic_blocks.h).
+void synth_fill(const synth::SynthParams& params, uint8_t* out, uint64_t n_blocks);
 
 /// Indexer scores (model::indexer_scores) of q [n_head*dim] with head weights w [n_head]
-/// against rows [n_rows*dim] into scores [n_rows].
+/// against the n = (*pos + 1) / ratio rows [n*dim] into scores [n]; the grid covers max_rows.
 void indexer_scores(const float* q, const float* w, int n_head, int64_t dim, const float* rows,
-                    int64_t n_rows, float* scores);
+                    const int64_t* pos, uint32_t ratio, int64_t max_rows, float* scores);
 
-/// Top-k rows (model::indexer_select_top_k), ascending row ids into sel [k]; n > k.
-void indexer_top_k(const float* scores, int64_t n, int64_t k, uint32_t* sel);
+/// Top-k rows (model::indexer_select_top_k) of the n = (*pos + 1) / ratio scores (n > k),
+/// ascending row ids into sel [k]; sel holds max_rows + k values (flags after the ids).
+void indexer_top_k(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows,
+                   int64_t k, uint32_t* sel);
 
-/// Sink attention (model::sink_attention) of q [n_head*dim] over the raw window positions
-/// [lo, p] (ring `raw` of raw_cap rows) then compressed rows (`comp`, all n_comp of them, or
-/// the n_sel rows listed in `sel`). scratch holds n_head * (window + compressed) floats.
-void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim,
-                    const float* raw, int64_t raw_cap, int64_t lo, int64_t p, const float* comp,
-                    int64_t n_comp, const uint32_t* sel, int64_t n_sel, float* scratch,
-                    float* out);
+/// Sink attention (model::sink_attention) of q [n_head*dim] at position *pos over the raw window
+/// (the last min(pos + 1, n_swa) positions, ring `raw` of raw_cap rows) then the compressed rows
+/// of `comp` ((pos + 1) / ratio of them; none for ratio 0) or the n_sel rows listed in `sel`.
+/// max_rows bounds window + compressed rows (grid size); scratch holds n_head * max_rows floats.
+/// Two launches: the scores split over (row blocks x heads), then one block per head for the
+/// softmax and the weighted sum, both in the CPU's operation order.
+void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
+                    int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
+                    uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
+                    float* scratch, float* out);
 
-/// Router (spec §3.5): probs from logits [n_expert], selection (hash row tid2eid[token] when
-/// tid2eid is non-null, else biased top-k), weights, and `order` = the slots sorted by expert
-/// id (stable). sel/weights/order hold n_used values.
+/// Router (spec §3.5): probs from logits [n_expert], selection (hash row tid2eid[tokens[*pos]]
+/// when tid2eid is non-null, else biased top-k), weights, and `order` = the slots sorted by
+/// expert id (stable). sel/weights/order hold n_used values.
 void router(const float* logits, int n_expert, const float* bias, const int32_t* tid2eid,
-            int32_t token, int n_used, float scale, float* probs, int32_t* sel, float* weights,
-            int32_t* order);
+            const int32_t* tokens, const int64_t* pos, int n_used, float scale, float* probs,
+            int32_t* sel, float* weights, int32_t* order);
 
 /// SwiGLU (model::expert_swiglu) of `groups` rows of n: out = silu(g) * u * w[g] (w null: 1).
 void swiglu(const float* gate, const float* up, int groups, int64_t n, float clamp,

@@ -7,11 +7,14 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch_stream.h"
 
 namespace ds4::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+cudaStream_t stream() { return launch_stream(); }
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
@@ -32,80 +35,108 @@ __device__ float dot8(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// model::rms_norm family; one block per row. The sum of squares follows
-// detail::sum_squares_f64 (4 f64 lanes, then (0+2)+(1+3), then the tail).
-__global__ void rms_norm_kernel(const float* x, const float* w, float* out, int64_t dim, float eps) {
-  __shared__ double lanes[4];
+// model::rms_norm family; one block per row. The f64 sum of squares is a block-wide tree here
+// (the CPU's detail::sum_squares_f64 uses 4 sequential f64 lanes): the two differ by f64
+// rounding only (relative ~1e-16), far below the f32 rounding of mean + eps that follows, so the
+// f32 scale almost always agrees bit for bit (docs/parity.md).
+// 1/sqrt(mean(x^2) + eps) of x[0, dim), computed by the whole block (blockDim.x == kThreads).
+__device__ float block_rms_scale(const float* xr, int64_t dim, float eps) {
+  __shared__ double part[kThreads / 32];
   __shared__ float scale;
-  const float* xr = x + blockIdx.x * dim;
-  float* orow = out + blockIdx.x * dim;
-  if (threadIdx.x < 4) {
-    double acc = 0;
-    const int64_t full = dim / 4 * 4;
-    for (int64_t i = threadIdx.x; i < full; i += 4) acc += static_cast<double>(xr[i]) * xr[i];
-    lanes[threadIdx.x] = acc;
-  }
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) acc += static_cast<double>(xr[i]) * xr[i];
+  for (int off = 16; off >= 1; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = acc;
   __syncthreads();
   if (threadIdx.x == 0) {
-    double s = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3]);
-    for (int64_t i = dim / 4 * 4; i < dim; ++i) s += static_cast<double>(xr[i]) * xr[i];
+    double s = 0;
+    for (int k = 0; k < kThreads / 32; ++k) s += part[k];
     scale = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(dim)) + eps);
   }
   __syncthreads();
-  const float s = scale;
+  return scale;
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* w, float* out, int64_t dim, float eps) {
+  const float* xr = x + blockIdx.x * dim;
+  float* orow = out + blockIdx.x * dim;
+  const float s = block_rms_scale(xr, dim, eps);
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
     orow[i] = w ? xr[i] * s * w[i] : xr[i] * s;
 }
 
+// Embedding row lookup (quant::dequantize_row of token_embd row tok[0]) replicated into n_hc
+// streams (model::hc_from_embedding). Types: F32, F16, BF16, Q8_0.
+__global__ void embed_kernel(const uint8_t* table, uint32_t type, size_t row_bytes, const int32_t* tokens,
+                             const int64_t* pos, int n_hc, int64_t d, float* x) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= d) return;
+  const uint8_t* row = table + static_cast<size_t>(tokens[*pos]) * row_bytes;
+  float v;
+  if (type == 0) {
+    v = reinterpret_cast<const float*>(row)[i];
+  } else if (type == 1) {
+    v = __half2float(__ushort_as_half(reinterpret_cast<const uint16_t*>(row)[i]));
+  } else if (type == 30) {
+    v = __uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(row)[i]) << 16);
+  } else {  // Q8_0: d * q
+    const uint8_t* b = row + (i / 32) * 34;
+    const float dd = __half2float(__ushort_as_half(static_cast<uint16_t>(b[0] | (b[1] << 8))));
+    v = dd * static_cast<float>(static_cast<int8_t>(b[2 + i % 32]));
+  }
+  for (int r = 0; r < n_hc; ++r) x[r * d + i] = v;
+}
+
+// Thread t < n owns pre/post value t, row t (softmax, row normalisation) and column t (column
+// normalisation) of the combine matrix in shared memory; each sum runs in the CPU's order.
 __global__ void hc_sinkhorn_pre_kernel(const float* mix, const float* scale, const float* base,
                                        int n, int iters, float eps, const float* x, int64_t d,
                                        float* pre, float* post, float* comb, float* sub_in) {
   __shared__ float s_pre[16];
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < n; ++i) {
-      const float z = mix[i] * scale[0] + base[i];
-      pre[i] = s_pre[i] = 1.0f / (1.0f + exp_f(-z)) + eps;
-    }
-    for (int i = 0; i < n; ++i) {
-      const float z = mix[n + i] * scale[1] + base[n + i];
-      post[i] = 2.0f / (1.0f + exp_f(-z));
-    }
-    float m[256];
+  __shared__ float m[256];
+  const int t = threadIdx.x;
+  if (t < n) {
+    const float z = mix[t] * scale[0] + base[t];
+    pre[t] = s_pre[t] = 1.0f / (1.0f + exp_f(-z)) + eps;
+    const float z2 = mix[n + t] * scale[1] + base[n + t];
+    post[t] = 2.0f / (1.0f + exp_f(-z2));
     const float* lm = mix + 2 * n;
     const float* lb = base + 2 * n;
-    for (int r = 0; r < n; ++r) {
-      float* row = m + n * r;
-      float row_max = -1.0e30f;
-      for (int c = 0; c < n; ++c) {
-        row[c] = lm[n * r + c] * scale[2] + lb[n * r + c];
-        if (row[c] > row_max) row_max = row[c];
-      }
-      float sum = 0.0f;
-      for (int c = 0; c < n; ++c) {
-        row[c] = exp_f(row[c] - row_max);
-        sum += row[c];
-      }
-      const float inv = 1.0f / sum;
-      for (int c = 0; c < n; ++c) row[c] = row[c] * inv + eps;
+    float* row = m + n * t;
+    float row_max = -1.0e30f;
+    for (int c = 0; c < n; ++c) {
+      row[c] = lm[n * t + c] * scale[2] + lb[n * t + c];
+      if (row[c] > row_max) row_max = row[c];
     }
-    for (int it = 0; it < iters; ++it) {
-      if (it > 0)
-        for (int r = 0; r < n; ++r) {
-          float* row = m + n * r;
-          float sum = 0.0f;
-          for (int c = 0; c < n; ++c) sum += row[c];
-          const float inv = 1.0f / (sum + eps);
-          for (int c = 0; c < n; ++c) row[c] *= inv;
-        }
-      for (int c = 0; c < n; ++c) {
-        float sum = 0.0f;
-        for (int r = 0; r < n; ++r) sum += m[c + n * r];
-        const float inv = 1.0f / (sum + eps);
-        for (int r = 0; r < n; ++r) m[c + n * r] *= inv;
-      }
+    float sum = 0.0f;
+    for (int c = 0; c < n; ++c) {
+      row[c] = exp_f(row[c] - row_max);
+      sum += row[c];
     }
-    for (int i = 0; i < n * n; ++i) comb[i] = m[i];
+    const float inv = 1.0f / sum;
+    for (int c = 0; c < n; ++c) row[c] = row[c] * inv + eps;
   }
+  __syncthreads();
+  for (int it = 0; it < iters; ++it) {
+    if (it > 0) {
+      if (t < n) {
+        float* row = m + n * t;
+        float sum = 0.0f;
+        for (int c = 0; c < n; ++c) sum += row[c];
+        const float inv = 1.0f / (sum + eps);
+        for (int c = 0; c < n; ++c) row[c] *= inv;
+      }
+      __syncthreads();
+    }
+    if (t < n) {
+      float sum = 0.0f;
+      for (int r = 0; r < n; ++r) sum += m[t + n * r];
+      const float inv = 1.0f / (sum + eps);
+      for (int r = 0; r < n; ++r) m[t + n * r] *= inv;
+    }
+    __syncthreads();
+  }
+  for (int i = t; i < n * n; i += blockDim.x) comb[i] = m[i];
   __syncthreads();
   for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < d; i += gridDim.x * blockDim.x) {
     float o = 0.0f;
@@ -148,17 +179,22 @@ __global__ void hc_output_kernel(const float* logits, const float* scale, const 
   }
 }
 
-__global__ void rope_kernel(float* x, int n_heads, int64_t head_dim, RopeCs cs, float sign) {
-  const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (k >= static_cast<int64_t>(n_heads) * cs.n_pair) return;
-  const int64_t h = k / cs.n_pair;
-  const int p = static_cast<int>(k % cs.n_pair);
-  float* t = x + h * head_dim + head_dim - 2 * cs.n_pair;
-  const float c = cs.cos[p];
-  const float s = sign * cs.sin[p];
+// Rotation of pair p of a tail by the angles of `cs` ([cos n_pair][sin n_pair]).
+__device__ void rope_pair(float* t, const float* cs, int n_pair, int p, float sign) {
+  const float c = cs[p];
+  const float s = sign * cs[n_pair + p];
   const float x0 = t[2 * p], x1 = t[2 * p + 1];
   t[2 * p] = x0 * c - x1 * s;
   t[2 * p + 1] = x0 * s + x1 * c;
+}
+
+__global__ void rope_kernel(float* x, int n_heads, int64_t head_dim, const float* table, int n_pair,
+                            const int64_t* pos, float sign) {
+  const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= static_cast<int64_t>(n_heads) * n_pair) return;
+  const int64_t h = k / n_pair;
+  rope_pair(x + h * head_dim + head_dim - 2 * n_pair, table + *pos * 2 * n_pair, n_pair,
+            static_cast<int>(k % n_pair), sign);
 }
 
 // model::kv_quant round_trip_block: power-of-two scale from ceil(log2(amax/qmax)), taken exactly
@@ -208,15 +244,9 @@ __device__ void round_trip_block(float* x, int64_t n) {
   }
 }
 
-// One thread per 64-value FP8 block.
-__global__ void fp8_kernel(float* x, int64_t n) {
-  const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int64_t off = b * 64;
-  if (off >= n) return;
-  round_trip_block<true>(x + off, n - off < 64 ? n - off : 64);
-}
-
-__global__ void kv_store_kernel(float* row, int64_t dim, int64_t n_fp8, float* dst) {
+__global__ void kv_store_kernel(float* row, int64_t dim, int64_t n_fp8, float* raw, int64_t raw_cap,
+                                const int64_t* pos) {
+  float* dst = raw + (*pos % raw_cap) * dim;
   const int64_t nb = (n_fp8 + 63) / 64;
   for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) {
     const int64_t off = b * 64;
@@ -230,11 +260,8 @@ __global__ void kv_store_kernel(float* row, int64_t dim, int64_t n_fp8, float* d
   }
 }
 
-// One thread per row: Hadamard butterfly (model::hadamard), then FP4 blocks of 32.
-__global__ void indexer_qat_kernel(float* x, int n_rows, int64_t dim) {
-  const int r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= n_rows) return;
-  float* v = x + static_cast<int64_t>(r) * dim;
+// Hadamard butterfly (model::hadamard), scale, then FP4 blocks of 32, on one row (one thread).
+__device__ void qat_row(float* v, int64_t dim) {
   for (int64_t stride = 1; stride < dim; stride <<= 1)
     for (int64_t base = 0; base < dim; base += 2 * stride)
       for (int64_t i = 0; i < stride; ++i) {
@@ -248,25 +275,27 @@ __global__ void indexer_qat_kernel(float* x, int n_rows, int64_t dim) {
   for (int64_t off = 0; off < dim; off += 32) round_trip_block<false>(v + off, 32);
 }
 
-__global__ void round_f16_copy_kernel(const float* x, int64_t n, float* dst) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < n) dst[i] = __half2float(__float2half_rn(x[i]));
+// One thread per row.
+__global__ void indexer_qat_kernel(float* x, int n_rows, int64_t dim) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= n_rows) return;
+  qat_row(x + static_cast<int64_t>(r) * dim, dim);
 }
 
 __global__ void compressor_store_kernel(const float* kv, const float* score, const float* ape,
-                                        int64_t width, uint32_t ratio, uint32_t pos,
-                                        int64_t state_row, float* state_kv, float* state_score) {
+                                        int64_t width, uint32_t ratio, const int64_t* pos,
+                                        float* state_kv, float* state_score) {
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= width) return;
-  const float* a = ape + static_cast<int64_t>(pos % ratio) * width;
+  const int64_t p = *pos;
+  const int64_t state_row = ratio == 4 ? 4 + p % 4 : p % ratio;
+  const float* a = ape + (p % ratio) * width;
   state_kv[state_row * width + j] = kv[j];
   state_score[state_row * width + j] = score[j] + a[j];
 }
 
-__global__ void compressor_pool_kernel(const float* kv, const float* sc, uint32_t ratio,
-                                       int64_t d, float* out) {
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= d) return;
+// model::compressor_pool of column j of a full frontier.
+__device__ float pool_value(const float* kv, const float* sc, uint32_t ratio, int64_t d, int64_t j) {
   const int64_t width = (ratio == 4 ? 2 : 1) * d;
   constexpr float kEmpty = -1.0e30f;
   constexpr float kAllEmpty = kEmpty * 0.5f;
@@ -276,10 +305,7 @@ __global__ void compressor_pool_kernel(const float* kv, const float* sc, uint32_
       max_score = fmaxf(max_score, sc[r * width + j]);
       max_score = fmaxf(max_score, sc[(4 + r) * width + d + j]);
     }
-    if (max_score <= kAllEmpty) {
-      out[j] = 0.0f;
-      return;
-    }
+    if (max_score <= kAllEmpty) return 0.0f;
     for (int r = 0; r < 4; ++r) {
       const int64_t ip = r * width + j;
       const int64_t ic = (4 + r) * width + d + j;
@@ -291,38 +317,87 @@ __global__ void compressor_pool_kernel(const float* kv, const float* sc, uint32_
     }
   } else {
     for (uint32_t r = 0; r < ratio; ++r) max_score = fmaxf(max_score, sc[r * width + j]);
-    if (max_score <= kAllEmpty) {
-      out[j] = 0.0f;
-      return;
-    }
+    if (max_score <= kAllEmpty) return 0.0f;
     for (uint32_t r = 0; r < ratio; ++r) {
       const float w = exp_f(sc[r * width + j] - max_score);
       denom += w;
       sum += w * kv[r * width + j];
     }
   }
-  out[j] = denom > 0.0f ? sum / denom : 0.0f;
+  return denom > 0.0f ? sum / denom : 0.0f;
 }
 
-__global__ void compressor_shift_kernel(float* kv, float* sc, int64_t width) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= 4 * width) return;
-  kv[i] = kv[4 * width + i];
-  sc[i] = sc[4 * width + i];
+// Compressor emission (model::Compressor::push after the store, spec §3.4.5/§3.4.7), one block,
+// a no-op unless (pos + 1) % ratio == 0: pool the frontier into `row`, RMS-norm it with `norm`,
+// rotate its tail at the row's first position (pos + 1 - ratio), quantize (FP8 on the first
+// n_fp8 values, or the indexer's Hadamard + FP4), round to f16 into row (pos + 1) / ratio - 1 of
+// `rows`, and for ratio 4 shift the current lane of the frontier into the previous one.
+__global__ void compressor_emit_kernel(float* kv, float* sc, uint32_t ratio, int64_t d,
+                                       const float* norm, float eps, const float* rope_table,
+                                       int n_pair, bool indexer, int64_t n_fp8, const int64_t* pos,
+                                       float* row, float* rows) {
+  const int64_t p = *pos;
+  if ((p + 1) % ratio != 0) return;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) row[j] = pool_value(kv, sc, ratio, d, j);
+  __syncthreads();
+  const float s = block_rms_scale(row, d, eps);
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) row[j] = row[j] * s * norm[j];
+  __syncthreads();
+  const float* cs = rope_table + (p + 1 - ratio) * 2 * n_pair;
+  for (int k = threadIdx.x; k < n_pair; k += blockDim.x) rope_pair(row + d - 2 * n_pair, cs, n_pair, k, 1.0f);
+  __syncthreads();
+  if (indexer) {
+    if (threadIdx.x == 0) qat_row(row, d);
+  } else {
+    for (int64_t b = threadIdx.x; b < (n_fp8 + 63) / 64; b += blockDim.x)
+      round_trip_block<true>(row + b * 64, n_fp8 - b * 64 < 64 ? n_fp8 - b * 64 : 64);
+  }
+  __syncthreads();
+  float* out = rows + ((p + 1) / ratio - 1) * d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) out[j] = __half2float(__float2half_rn(row[j]));
+  if (ratio == 4) {
+    const int64_t width = 2 * d;
+    for (int64_t i = threadIdx.x; i < 4 * width; i += blockDim.x) {
+      kv[i] = kv[4 * width + i];
+      sc[i] = sc[4 * width + i];
+    }
+  }
 }
 
+// dot8's 8 partial sums on 8 lanes (lane l of the group holds acc[l]), then its fixed tree
+// ((0+4)+(1+5))+((2+6)+(3+7)) and serial tail; the result lands on the group's lane 0.
+__device__ float dot8_lanes(const float* a, const float* b, int64_t n, int l) {
+  const int64_t full = n / 8 * 8;
+  float acc = 0.0f;
+  for (int64_t i = l; i < full; i += 8) acc += a[i] * b[i];
+  acc = acc + __shfl_down_sync(0xffffffffu, acc, 4, 8);  // l<4: acc[l] + acc[l+4]
+  acc = acc + __shfl_down_sync(0xffffffffu, acc, 1, 8);  // l=0: (0+4)+(1+5); l=2: (2+6)+(3+7)
+  acc = acc + __shfl_down_sync(0xffffffffu, acc, 2, 8);  // l=0: the tree
+  if (l == 0)
+    for (int64_t i = full; i < n; ++i) acc += a[i] * b[i];
+  return acc;
+}
+
+// One warp per compressed row; lane h (mod 32) takes heads h, h+32, ...; the head terms are
+// summed in head order as model::indexer_scores does.
 __global__ void indexer_scores_kernel(const float* q, const float* w, int n_head, int64_t dim,
-                                      const float* rows, int64_t n_rows, float* scores) {
-  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+                                      const float* rows, const int64_t* pos, uint32_t ratio,
+                                      float* scores) {
+  const int64_t n_rows = (*pos + 1) / ratio;
+  const int64_t c = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
   if (c >= n_rows) return;
   const float scale = 1.0f / sqrtf(static_cast<float>(dim * n_head));
   const float* row = rows + c * dim;
   float s = 0.0f;
-  for (int h = 0; h < n_head; ++h) {
-    const float dot = dot8(row, q + h * dim, dim);
-    s += fmaxf(dot, 0.0f) * (w[h] * scale);
+  for (int h0 = 0; h0 < n_head; h0 += 32) {
+    const int h = h0 + lane;
+    float t = 0.0f;
+    if (h < n_head) t = fmaxf(dot8(row, q + h * dim, dim), 0.0f) * (w[h] * scale);
+    const int cnt = n_head - h0 < 32 ? n_head - h0 : 32;
+    for (int k = 0; k < cnt; ++k) s += __shfl_sync(0xffffffffu, t, k);
   }
-  scores[c] = s;
+  if (lane == 0) scores[c] = s;
 }
 
 // Rank of each row under "higher score first, NaN last, lower id on ties"; the k best are
@@ -335,7 +410,9 @@ __device__ bool higher(const float* s, int64_t a, int64_t b) {
   return a < b;
 }
 
-__global__ void top_k_rank_kernel(const float* s, int64_t n, int64_t k, uint32_t* flag) {
+__global__ void top_k_rank_kernel(const float* s, const int64_t* pos, uint32_t ratio, int64_t k,
+                                  uint32_t* flag) {
+  const int64_t n = (*pos + 1) / ratio;
   const int64_t a = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (a >= n) return;
   int64_t rank = 0;
@@ -344,48 +421,117 @@ __global__ void top_k_rank_kernel(const float* s, int64_t n, int64_t k, uint32_t
   flag[a] = rank < k ? 1u : 0u;
 }
 
-__global__ void top_k_compact_kernel(const uint32_t* flag, int64_t n, uint32_t* sel) {
-  int64_t m = 0;
-  for (int64_t a = 0; a < n; ++a)
+// Ascending ids of the flagged rows: each of the block's threads counts a contiguous range,
+// an exclusive scan gives its first output slot.
+__global__ void top_k_compact_kernel(const uint32_t* flag, const int64_t* pos, uint32_t ratio,
+                                     uint32_t* sel) {
+  __shared__ int64_t offs[1024];
+  const int64_t n = (*pos + 1) / ratio;
+  const int t = threadIdx.x, nt = blockDim.x;
+  const int64_t per = (n + nt - 1) / nt;
+  const int64_t lo = t * per, hi = lo + per < n ? lo + per : n;
+  int64_t cnt = 0;
+  for (int64_t a = lo; a < hi; ++a) cnt += flag[a];
+  offs[t] = cnt;
+  __syncthreads();
+  if (t == 0) {
+    int64_t run = 0;
+    for (int k = 0; k < nt; ++k) {
+      const int64_t c = offs[k];
+      offs[k] = run;
+      run += c;
+    }
+  }
+  __syncthreads();
+  int64_t m = offs[t];
+  for (int64_t a = lo; a < hi; ++a)
     if (flag[a]) sel[m++] = static_cast<uint32_t>(a);
 }
 
-// One block per head.
-__global__ void sink_attention_kernel(const float* q, const float* sinks, int64_t dim,
-                                      const float* raw, int64_t raw_cap, int64_t lo, int64_t p,
-                                      const float* comp, int64_t n_comp, const uint32_t* sel,
-                                      int64_t n_sel, float* scratch, float* out) {
+// Rows attended at position *pos (model::sink_attention): the raw window [lo, pos] of at most
+// n_swa rows, then the layer's compressed rows ((pos + 1) / ratio of them, none for ratio 0) or
+// the n_sel rows listed in sel.
+struct AttnShape {
+  int64_t lo, n_win, n_rows;
+};
+
+__device__ AttnShape attn_shape(const int64_t* pos, int64_t n_swa, uint32_t ratio, const uint32_t* sel,
+                                int64_t n_sel) {
+  const int64_t p = *pos;
+  AttnShape a;
+  a.n_win = p + 1 < n_swa ? p + 1 : n_swa;
+  a.lo = p + 1 - a.n_win;
+  a.n_rows = a.n_win + (sel ? n_sel : (ratio ? (p + 1) / ratio : 0));
+  return a;
+}
+
+__device__ const float* attn_row(const float* raw, int64_t raw_cap, const AttnShape& a,
+                                 const float* comp, const uint32_t* sel, int64_t dim, int64_t j) {
+  if (j < a.n_win) return raw + ((a.lo + j) % raw_cap) * dim;
+  const int64_t c = j - a.n_win;
+  return comp + (sel ? static_cast<int64_t>(sel[c]) : c) * dim;
+}
+
+// Attention scores (model::sink_attention step 1): 8 lanes per row (dot8's partial sums),
+// 32 rows per block, grid (row blocks for the most rows, heads); scale applied after the dot as
+// the CPU does. scratch rows have stride n_rows (this position's).
+__global__ void attn_scores_kernel(const float* q, int64_t dim, const float* raw, int64_t raw_cap,
+                                   int64_t n_swa, const int64_t* pos, const float* comp, uint32_t ratio,
+                                   const uint32_t* sel, int64_t n_sel, float* scratch) {
+  const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
+  if (blockIdx.x * static_cast<int64_t>(blockDim.x / 8) >= a.n_rows) return;  // whole block idle
+  const int h = blockIdx.y;
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x / 8) + threadIdx.x / 8;
+  const int l = threadIdx.x & 7;
+  const bool on = j < a.n_rows;
+  const float* row = attn_row(raw, raw_cap, a, comp, sel, dim, on ? j : 0);
+  const float d = dot8_lanes(q + h * dim, row, dim, l);
+  if (on && l == 0) scratch[h * a.n_rows + j] = d * (1.0f / sqrtf(static_cast<float>(dim)));
+}
+
+// Softmax with a sink and the weighted sum (model::sink_attention steps 2-3), one block per
+// head: max and exp in parallel, the denominator summed in row order by one thread, each output
+// value summed over the rows in order.
+__global__ void attn_combine_kernel(const float* sinks, int64_t dim, const float* raw, int64_t raw_cap,
+                                    int64_t n_swa, const int64_t* pos, const float* comp, uint32_t ratio,
+                                    const uint32_t* sel, int64_t n_sel, float* scratch, float* out) {
+  __shared__ float red[32];
+  __shared__ float s_m, s_inv;
+  const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
+  const int64_t n_rows = a.n_rows;
   const int h = blockIdx.x;
-  const int64_t n_win = p - lo + 1;
-  const int64_t n_c = sel ? n_sel : n_comp;
-  const int64_t n_rows = n_win + n_c;
   float* score = scratch + h * n_rows;
-  const float* qh = q + h * dim;
-  auto row = [&](int64_t j) -> const float* {
-    if (j < n_win) return raw + ((lo + j) % raw_cap) * dim;
-    const int64_t c = j - n_win;
-    return comp + (sel ? static_cast<int64_t>(sel[c]) : c) * dim;
-  };
-  const float kq_scale = 1.0f / sqrtf(static_cast<float>(dim));
-  for (int64_t j = threadIdx.x; j < n_rows; j += blockDim.x) score[j] = dot8(qh, row(j), dim) * kq_scale;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n_rows; j += blockDim.x) m = fmaxf(m, score[j]);
+  for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = m;
   __syncthreads();
-  __shared__ float s_inv;
   if (threadIdx.x == 0) {
-    float m = sinks[h];
-    for (int64_t j = 0; j < n_rows; ++j) m = fmaxf(m, score[j]);
-    float denom = exp_f(sinks[h] - m);
-    for (int64_t j = 0; j < n_rows; ++j) {
-      const float w = exp_f(score[j] - m);
-      denom += w;
-      score[j] = w;
-    }
+    float mm = sinks[h];
+    for (int k = 0; k < static_cast<int>(blockDim.x / 32); ++k) mm = fmaxf(mm, red[k]);
+    s_m = mm;
+  }
+  __syncthreads();
+  const float mx = s_m;
+  for (int64_t j = threadIdx.x; j < n_rows; j += blockDim.x) score[j] = exp_f(score[j] - mx);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float denom = exp_f(sinks[h] - mx);
+    for (int64_t j = 0; j < n_rows; ++j) denom += score[j];
     s_inv = 1.0f / denom;
   }
   __syncthreads();
   float* oh = out + h * dim;
+  const int64_t n_c = n_rows - a.n_win;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    float o = 0.0f;
-    for (int64_t j = 0; j < n_rows; ++j) o += score[j] * row(j)[i];
+    float o = 0.0f;  // rows in order: the window (ring slots walked without a modulo), then compressed
+    int64_t slot = a.lo % raw_cap;
+    for (int64_t j = 0; j < a.n_win; ++j) {
+      o += score[j] * raw[slot * dim + i];
+      if (++slot == raw_cap) slot = 0;
+    }
+    for (int64_t c = 0; c < n_c; ++c)
+      o += score[a.n_win + c] * comp[(sel ? static_cast<int64_t>(sel[c]) : c) * dim + i];
     oh[i] = o * s_inv;
   }
 }
@@ -397,30 +543,32 @@ __device__ float softplus(float z) {
 }
 
 __global__ void router_kernel(const float* logits, int n, const float* bias, const int32_t* tid2eid,
-                              int32_t token, int k, float scale, float* p, int32_t* sel,
-                              float* weights, int32_t* order) {
+                              const int32_t* tokens, const int64_t* pos, int k, float scale, float* p,
+                              int32_t* sel, float* weights, int32_t* order) {
   for (int e = threadIdx.x; e < n; e += blockDim.x) p[e] = sqrtf(softplus(logits[e]));
   __syncthreads();
-  if (threadIdx.x != 0) return;
   if (tid2eid) {
-    for (int i = 0; i < k; ++i) sel[i] = tid2eid[static_cast<int64_t>(token) * k + i];
-  } else {  // model::router_select_top_k insertion order
-    int filled = 0;
+    if (threadIdx.x == 0) {
+      const int64_t token = tokens[*pos];
+      for (int i = 0; i < k; ++i) sel[i] = tid2eid[token * k + i];
+    }
+  } else {
+    // model::router_select_top_k keeps the first k of a stable sort by `beats` (higher score,
+    // NaN last, earlier expert first on ties): expert e lands in slot rank(e) when that is < k.
     auto beats = [](float a, float b) { return a > b || (isnan(b) && !isnan(a)); };
-    for (int e = 0; e < n; ++e) {
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {
       const float s = bias ? p[e] + bias[e] : p[e];
-      int j = 0;
-      while (j < filled) {
-        const float sj = bias ? p[sel[j]] + bias[sel[j]] : p[sel[j]];
-        if (beats(s, sj)) break;
-        ++j;
+      int rank = 0;
+      for (int o = 0; o < n && rank < k; ++o) {
+        if (o == e) continue;
+        const float so = bias ? p[o] + bias[o] : p[o];
+        if (beats(so, s) || (o < e && !beats(s, so))) ++rank;
       }
-      if (j >= k) continue;
-      for (int m = (filled < k ? filled : k - 1); m > j; --m) sel[m] = sel[m - 1];
-      sel[j] = e;
-      if (filled < k) ++filled;
+      if (rank < k) sel[rank] = e;
     }
   }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
   float sum = 0.0f;
   for (int i = 0; i < k; ++i) {
     weights[i] = p[sel[i]];
@@ -473,97 +621,103 @@ __global__ void moe_combine_kernel(const float* down, const int32_t* order, int 
 }  // namespace
 
 void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int n_rows, float eps) {
-  rms_norm_kernel<<<n_rows, kThreads>>>(x, weight, out, dim, eps);
+  rms_norm_kernel<<<n_rows, kThreads, 0, stream()>>>(x, weight, out, dim, eps);
 }
 
 void hc_sinkhorn_pre(const float* mix, const float* scale, const float* base, int n_hc, int iters,
                      float eps, const float* x, int64_t d, float* pre, float* post, float* comb,
                      float* sub_in) {
-  hc_sinkhorn_pre_kernel<<<1, kThreads>>>(mix, scale, base, n_hc, iters, eps, x, d, pre, post,
-                                          comb, sub_in);
+  hc_sinkhorn_pre_kernel<<<1, kThreads, 0, stream()>>>(mix, scale, base, n_hc, iters, eps, x, d, pre,
+                                                       post, comb, sub_in);
 }
 
 void hc_post(const float* y, const float* x, const float* post, const float* comb, int n_hc,
              int64_t d, float* out) {
-  hc_post_kernel<<<blocks_for(n_hc * d), kThreads>>>(y, x, post, comb, n_hc, d, out);
+  hc_post_kernel<<<blocks_for(n_hc * d), kThreads, 0, stream()>>>(y, x, post, comb, n_hc, d, out);
 }
 
 void hc_output(const float* logits, const float* scale, const float* base, int n_hc, float eps,
                const float* x, int64_t d, float* z) {
-  hc_output_kernel<<<1, kThreads>>>(logits, scale, base, n_hc, eps, x, d, z);
+  hc_output_kernel<<<1, kThreads, 0, stream()>>>(logits, scale, base, n_hc, eps, x, d, z);
 }
 
-void rope_tail(float* x, int n_heads, int64_t head_dim, const RopeCs& cs, bool inverse) {
-  rope_kernel<<<blocks_for(static_cast<int64_t>(n_heads) * cs.n_pair), kThreads>>>(
-      x, n_heads, head_dim, cs, inverse ? -1.0f : 1.0f);
+void rope_tail(float* x, int n_heads, int64_t head_dim, const float* table, int n_pair,
+               const int64_t* pos, bool inverse) {
+  rope_kernel<<<blocks_for(static_cast<int64_t>(n_heads) * n_pair), kThreads, 0, stream()>>>(
+      x, n_heads, head_dim, table, n_pair, pos, inverse ? -1.0f : 1.0f);
 }
 
-void kv_store(float* row, int64_t dim, int64_t n_fp8, float* dst) {
-  kv_store_kernel<<<1, kThreads>>>(row, dim, n_fp8, dst);
+void kv_store(float* row, int64_t dim, int64_t n_fp8, float* raw, int64_t raw_cap, const int64_t* pos) {
+  kv_store_kernel<<<1, kThreads, 0, stream()>>>(row, dim, n_fp8, raw, raw_cap, pos);
 }
 
 void compressor_store(const float* kv, const float* score, const float* ape, int64_t width,
-                      uint32_t ratio, uint32_t pos, int64_t state_row, float* state_kv,
-                      float* state_score) {
-  compressor_store_kernel<<<blocks_for(width), kThreads>>>(kv, score, ape, width, ratio, pos,
-                                                           state_row, state_kv, state_score);
+                      uint32_t ratio, const int64_t* pos, float* state_kv, float* state_score) {
+  compressor_store_kernel<<<blocks_for(width), kThreads, 0, stream()>>>(kv, score, ape, width, ratio, pos,
+                                                                        state_kv, state_score);
 }
 
-void compressor_pool(const float* state_kv, const float* state_score, uint32_t ratio, int64_t d,
-                     float* out) {
-  compressor_pool_kernel<<<blocks_for(d), kThreads>>>(state_kv, state_score, ratio, d, out);
-}
-
-void compressor_shift(float* state_kv, float* state_score, int64_t width) {
-  compressor_shift_kernel<<<blocks_for(4 * width), kThreads>>>(state_kv, state_score, width);
-}
-
-void fp8_round_trip(float* x, int64_t n) {
-  fp8_kernel<<<blocks_for((n + 63) / 64), kThreads>>>(x, n);
+void compressor_emit(float* state_kv, float* state_score, uint32_t ratio, int64_t d, const float* norm,
+                     float eps, const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,
+                     const int64_t* pos, float* row, float* rows) {
+  compressor_emit_kernel<<<1, kThreads, 0, stream()>>>(state_kv, state_score, ratio, d, norm, eps,
+                                                       rope_table, n_pair, indexer, n_fp8, pos, row, rows);
 }
 
 void indexer_qat(float* x, int n_rows, int64_t dim) {
-  indexer_qat_kernel<<<blocks_for(n_rows), kThreads>>>(x, n_rows, dim);
-}
-
-void round_f16_copy(const float* x, int64_t n, float* dst) {
-  round_f16_copy_kernel<<<blocks_for(n), kThreads>>>(x, n, dst);
+  indexer_qat_kernel<<<blocks_for(n_rows), kThreads, 0, stream()>>>(x, n_rows, dim);
 }
 
 void indexer_scores(const float* q, const float* w, int n_head, int64_t dim, const float* rows,
-                    int64_t n_rows, float* scores) {
-  indexer_scores_kernel<<<blocks_for(n_rows), kThreads>>>(q, w, n_head, dim, rows, n_rows, scores);
+                    const int64_t* pos, uint32_t ratio, int64_t max_rows, float* scores) {
+  indexer_scores_kernel<<<blocks_for(32 * max_rows), kThreads, 0, stream()>>>(q, w, n_head, dim, rows,
+                                                                              pos, ratio, scores);
 }
 
-void indexer_top_k(const float* scores, int64_t n, int64_t k, uint32_t* sel) {
-  // The flags live past the k selected ids in `sel` (the caller sizes it n + k).
+void indexer_top_k(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows, int64_t k,
+                   uint32_t* sel) {
+  // The flags live past the k selected ids in `sel` (the caller sizes it max_rows + k).
   uint32_t* flag = sel + k;
-  top_k_rank_kernel<<<blocks_for(n), kThreads>>>(scores, n, k, flag);
-  top_k_compact_kernel<<<1, 1>>>(flag, n, sel);
+  top_k_rank_kernel<<<blocks_for(max_rows), kThreads, 0, stream()>>>(scores, pos, ratio, k, flag);
+  top_k_compact_kernel<<<1, 1024, 0, stream()>>>(flag, pos, ratio, sel);
 }
 
 void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
-                    int64_t raw_cap, int64_t lo, int64_t p, const float* comp, int64_t n_comp,
-                    const uint32_t* sel, int64_t n_sel, float* scratch, float* out) {
-  sink_attention_kernel<<<n_head, kThreads>>>(q, sinks, dim, raw, raw_cap, lo, p, comp, n_comp,
-                                              sel, n_sel, scratch, out);
+                    int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
+                    uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
+                    float* scratch, float* out) {
+  const dim3 grid(static_cast<unsigned>((max_rows + kThreads / 8 - 1) / (kThreads / 8)), static_cast<unsigned>(n_head));
+  attn_scores_kernel<<<grid, kThreads, 0, stream()>>>(q, dim, raw, raw_cap, n_swa, pos, comp, ratio,
+                                                      sel, n_sel, scratch);
+  attn_combine_kernel<<<n_head, 512, 0, stream()>>>(sinks, dim, raw, raw_cap, n_swa, pos, comp, ratio,
+                                                    sel, n_sel, scratch, out);
+}
+
+void embed(const uint8_t* table, uint32_t type, size_t row_bytes, const int32_t* tokens,
+           const int64_t* pos, int n_hc, int64_t d, float* x) {
+  embed_kernel<<<blocks_for(d), kThreads, 0, stream()>>>(table, type, row_bytes, tokens, pos, n_hc, d, x);
 }
 
 void router(const float* logits, int n_expert, const float* bias, const int32_t* tid2eid,
-            int32_t token, int n_used, float scale, float* probs, int32_t* sel, float* weights,
-            int32_t* order) {
-  router_kernel<<<1, kThreads>>>(logits, n_expert, bias, tid2eid, token, n_used, scale, probs, sel,
-                                 weights, order);
+            const int32_t* tokens, const int64_t* pos, int n_used, float scale, float* probs,
+            int32_t* sel, float* weights, int32_t* order) {
+  router_kernel<<<1, kThreads, 0, stream()>>>(logits, n_expert, bias, tid2eid, tokens, pos, n_used, scale,
+                                              probs, sel, weights, order);
 }
 
 void swiglu(const float* gate, const float* up, int groups, int64_t n, float clamp, const float* w,
             float* out) {
-  swiglu_kernel<<<blocks_for(groups * n), kThreads>>>(gate, up, groups, n, clamp, w, out);
+  swiglu_kernel<<<blocks_for(groups * n), kThreads, 0, stream()>>>(gate, up, groups, n, clamp, w, out);
 }
 
 void moe_combine(const float* down, const int32_t* order, int n_used, int64_t d,
                  const float* shared, float* y) {
-  moe_combine_kernel<<<blocks_for(d), kThreads>>>(down, order, n_used, d, shared, y);
+  moe_combine_kernel<<<blocks_for(d), kThreads, 0, stream()>>>(down, order, n_used, d, shared, y);
+}
+
+cudaStream_t& launch_stream() {
+  static thread_local cudaStream_t s = nullptr;
+  return s;
 }
 
 }  // namespace ds4::cuda

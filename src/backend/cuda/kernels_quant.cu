@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch_stream.h"
 
 namespace ds4::cuda {
 namespace {
@@ -27,10 +28,12 @@ static_assert(sizeof(BQ8_0) == 34 && sizeof(BQ8_0Act) == 36 && sizeof(BQ2_K) == 
               sizeof(BQ4_K) == 144 && sizeof(BIq2) == 66 && sizeof(BMxfp4) == 17 &&
               sizeof(BQ8_K) == 292);
 
-__constant__ uint64_t c_iq2_grid[256];
-__constant__ uint8_t c_iq2_signs[128];
-__constant__ int8_t c_mx_doubled[16];
-__constant__ float c_mx_half[256];
+// Lookup tables in global memory (read through L1): divergent per-lane indices would serialise
+// in constant memory. The matvec copies the IQ2_XXS ones into shared memory per block.
+__device__ uint64_t c_iq2_grid[256];
+__device__ uint8_t c_iq2_signs[128];
+__device__ int8_t c_mx_doubled[16];
+__device__ float c_mx_half[256];
 
 __device__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
@@ -41,138 +44,172 @@ __device__ int8_t round_clamp_i8(float v) {
   return static_cast<int8_t>(__float2int_rn(c));
 }
 
-// One thread per 32-value block (quant::ref::quantize_q8_0_act).
+__device__ float warp_max(float v) {
+  for (int off = 16; off >= 1; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, off));
+  return v;
+}
+
+// One warp per 32-value block, lane j owns value j (quant::ref::quantize_q8_0_act). The max of
+// |x| does not depend on the order it is taken in, so the result is the reference's exactly.
 __global__ void quant_q8_0_kernel(const float* x, int64_t x_stride, int64_t cols, int rows,
                                   uint8_t* act, size_t act_bytes) {
   const int64_t nb = cols / 32;
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= nb * rows) return;
+  const int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (i >= nb * rows) return;  // uniform across the warp
   const int64_t r = i / nb, b = i % nb;
-  const float* xb = x + r * x_stride + b * 32;
+  const float v = x[r * x_stride + b * 32 + lane];
   BQ8_0Act* out = reinterpret_cast<BQ8_0Act*>(act + r * act_bytes) + b;
-  float amax = 0.0f;
-  for (int j = 0; j < 32; ++j) {
-    const float ax = fabsf(xb[j]);
-    if (ax > amax) amax = ax;
-  }
+  const float amax = warp_max(fabsf(v));
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
   if (isinf(id)) {
-    out->d = 0.0f;
-    for (int j = 0; j < 32; ++j) out->qs[j] = 0;
+    if (lane == 0) out->d = 0.0f;
+    out->qs[lane] = 0;
     return;
   }
-  out->d = d;
-  for (int j = 0; j < 32; ++j) out->qs[j] = round_clamp_i8(xb[j] * id);
+  if (lane == 0) out->d = d;
+  out->qs[lane] = round_clamp_i8(v * id);
 }
 
-// One thread per 256-value block (quant::ref::quantize_q8_k).
+// One warp per 256-value block, lane l owns values 8l..8l+7 (quant::ref::quantize_q8_k). The
+// reference keeps the first value of largest |x| (its sign sets the scale's sign): the warp
+// takes the largest |x| and, among equal ones, the lowest index.
 __global__ void quant_q8_k_kernel(const float* x, int64_t x_stride, int64_t cols, int rows,
                                   uint8_t* act, size_t act_bytes) {
   const int64_t nb = cols / 256;
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
   if (i >= nb * rows) return;
   const int64_t r = i / nb, b = i % nb;
-  const float* xb = x + r * x_stride + b * 256;
+  const float* xb = x + r * x_stride + b * 256 + 8 * lane;
   BQ8_K* y = reinterpret_cast<BQ8_K*>(act + r * act_bytes) + b;
-  float amax = 0.0f, max = 0.0f;
-  for (int j = 0; j < 256; ++j) {
-    const float ax = fabsf(xb[j]);
+  float v[8];
+  float amax = 0.0f;
+  int at = 1 << 30;
+  for (int j = 0; j < 8; ++j) {
+    v[j] = xb[j];
+    const float ax = fabsf(v[j]);
     if (ax > amax) {
       amax = ax;
-      max = xb[j];
+      at = 8 * lane + j;
     }
   }
+  for (int off = 16; off >= 1; off >>= 1) {
+    const float oa = __shfl_xor_sync(kFull, amax, off);
+    const int oi = __shfl_xor_sync(kFull, at, off);
+    if (oa > amax || (oa == amax && oi < at)) {
+      amax = oa;
+      at = oi;
+    }
+  }
+  const float max = amax != 0.0f ? x[r * x_stride + b * 256 + at] : 0.0f;
   const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
   if (amax == 0.0f || isinf(iscale)) {
-    y->d = 0.0f;
-    for (int j = 0; j < 256; ++j) y->qs[j] = 0;
-    for (int g = 0; g < 16; ++g) y->bsums[g] = 0;
+    if (lane == 0) y->d = 0.0f;
+    for (int j = 0; j < 8; ++j) y->qs[8 * lane + j] = 0;
+    if (lane < 16) y->bsums[lane] = 0;
     return;
   }
-  for (int j = 0; j < 256; ++j) y->qs[j] = round_clamp_i8(iscale * xb[j]);
-  for (int g = 0; g < 16; ++g) {
-    int sum = 0;
-    for (int j = 0; j < 16; ++j) sum += y->qs[16 * g + j];
-    y->bsums[g] = static_cast<int16_t>(sum);
+  int sum = 0;
+  for (int j = 0; j < 8; ++j) {
+    const int8_t q = round_clamp_i8(iscale * v[j]);
+    y->qs[8 * lane + j] = q;
+    sum += q;
   }
-  y->d = 1.0f / iscale;
+  sum += __shfl_xor_sync(kFull, sum, 1);  // 16-value group = lanes 2g, 2g+1
+  if ((lane & 1) == 0) y->bsums[lane / 2] = static_cast<int16_t>(sum);
+  if (lane == 0) y->d = 1.0f / iscale;
 }
 
-// --- per-format dots: every lane of the warp calls; lane 0 holds the result -----------------
+// ---- the matvec ------------------------------------------------------------------------------
+//
+// One warp per output row, kMvWarps rows per block, blockIdx.y the group. The warp stages its
+// row through shared memory in chunks of whole blocks with coalesced 16-byte loads (all issued
+// before the first use); the block stages the matching activation slice once for its rows; the
+// dot products then read shared memory only. The arithmetic keeps quant::ref's
+// order exactly: integer block dots are split across lanes (integer sums are exact in any
+// order), and the float steps run in the reference's order:
+//   F32/F16/BF16: element i into lane i mod 16, tree (l, l+8), (l, l+4), (l, l+2), (0, 1);
+//   Q8_0/MXFP4:   block b into accumulator b mod 8 (4 lanes per block), tree (l,l+4),(l,l+2),(0,1);
+//   Q2_K/Q4_K/IQ2_XXS: per-block values (8 lanes per block) summed in block order.
+
+constexpr int kMvWarps = 8;
+constexpr int kMvChunk = 4096;  // staging bytes per warp
+
+template <uint32_t T> struct Fmt;
+template <> struct Fmt<kF32> { static constexpr int kBytes = 4, kVals = 1; };
+template <> struct Fmt<kF16> { static constexpr int kBytes = 2, kVals = 1; };
+template <> struct Fmt<kBF16> { static constexpr int kBytes = 2, kVals = 1; };
+template <> struct Fmt<kQ8_0> { static constexpr int kBytes = 34, kVals = 32; };
+template <> struct Fmt<kMXFP4> { static constexpr int kBytes = 17, kVals = 32; };
+template <> struct Fmt<kQ2_K> { static constexpr int kBytes = 84, kVals = 256; };
+template <> struct Fmt<kQ4_K> { static constexpr int kBytes = 144, kVals = 256; };
+template <> struct Fmt<kIQ2_XXS> { static constexpr int kBytes = 66, kVals = 256; };
+
+// Blocks per staged chunk: a multiple of 16 blocks, so every chunk starts 16-byte aligned
+// (16 * block bytes is a multiple of 16) and on a multiple of 8 blocks (Q8_0 accumulators).
+template <uint32_t T>
+struct Chunk { static constexpr int kBlocks = (kMvChunk / Fmt<T>::kBytes) / 16 * 16; };
+
+__device__ uint32_t ld16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+__device__ int ld32(const uint8_t* p) { return *reinterpret_cast<const int*>(p); }
+
+struct Tables {
+  uint64_t grid[256];
+  uint8_t signs[128];
+};
 
 template <uint32_t T>
-__device__ float load_w(const uint8_t* w, int64_t i) {
+__device__ float load_w(const uint8_t* w, int i) {
   if constexpr (T == kF32) return reinterpret_cast<const float*>(w)[i];
   else if constexpr (T == kF16) return h2f(reinterpret_cast<const uint16_t*>(w)[i]);
-  else return __uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(w)[i]) << 16);
+  else return __uint_as_float(ld16(w + 2 * i) << 16);
 }
 
-// F32/F16/BF16: element i into lane i mod 16, tree (l, l+8), (l, l+4), (l, l+2), (0, 1).
+// Q8_0/MXFP4 integer part: values 8*part .. 8*part+7 of block `wb` against activation `xb`.
 template <uint32_t T>
-__device__ float dot_float(const uint8_t* w, const float* x, int64_t n, int lane) {
-  float acc = 0.0f;
-  if (lane < 16)
-    for (int64_t base = 0; base < n; base += 16) {
-      const int64_t i = base + lane;
-      const float p = i < n ? load_w<T>(w, i) * x[i] : 0.0f;
-      acc = acc + p;
+__device__ int q8_part(const uint8_t* wb, const uint8_t* xq, int part) {
+  int isum = 0;
+  if constexpr (T == kQ8_0) {
+    const uint8_t* q = wb + 2 + 8 * part;
+    const int w0 = static_cast<int>(ld16(q) | (ld16(q + 2) << 16));
+    const int w1 = static_cast<int>(ld16(q + 4) | (ld16(q + 6) << 16));
+    isum = __dp4a(w0, ld32(xq + 8 * part), 0);
+    isum = __dp4a(w1, ld32(xq + 8 * part + 4), isum);
+  } else {
+    const auto* xs = reinterpret_cast<const int8_t*>(xq);
+    for (int t = 0; t < 8; ++t) {
+      const int j = 8 * part + t;
+      const int code = j < 16 ? (wb[1 + j] & 15) : (wb[1 + j - 16] >> 4);
+      isum += c_mx_doubled[code] * xs[j];
     }
-  for (int off = 8; off >= 1; off >>= 1) acc = acc + __shfl_down_sync(kFull, acc, off);
-  return acc;
-}
-
-__device__ int mx_code(const BMxfp4& b, int j) { return j < 16 ? (b.qs[j] & 15) : (b.qs[j - 16] >> 4); }
-
-// Q8_0/MXFP4: block b into lane b mod 8, tree (l, l+4), (l, l+2), (0, 1).
-template <uint32_t T>
-__device__ float dot_q8_lanes(const uint8_t* w, const uint8_t* act, int64_t n, int lane) {
-  const auto* xb = reinterpret_cast<const BQ8_0Act*>(act);
-  const int64_t nb = n / 32;
-  float acc = 0.0f;
-  if (lane < 8)
-    for (int64_t b = lane; b < nb; b += 8) {
-      int32_t isum = 0;
-      float s;
-      if constexpr (T == kQ8_0) {
-        const BQ8_0& wb = reinterpret_cast<const BQ8_0*>(w)[b];
-        for (int j = 0; j < 32; ++j) isum += static_cast<int32_t>(wb.qs[j]) * xb[b].qs[j];
-        const float scale = h2f(wb.d) * xb[b].d;
-        s = scale * static_cast<float>(isum);
-      } else {
-        const BMxfp4& wb = reinterpret_cast<const BMxfp4*>(w)[b];
-        for (int j = 0; j < 32; ++j) isum += c_mx_doubled[mx_code(wb, j)] * xb[b].qs[j];
-        s = (c_mx_half[wb.e] * xb[b].d) * static_cast<float>(isum);
-      }
-      acc = acc + s;
-    }
-  for (int off = 4; off >= 1; off >>= 1) acc = acc + __shfl_down_sync(kFull, acc, off);
-  return acc;
-}
-
-__device__ float block_q2_k(const BQ2_K& x, const BQ8_K& y) {
-  int32_t summs = 0;
-  for (int j = 0; j < 16; ++j) summs += y.bsums[j] * (x.scales[j] >> 4);
-  int32_t isum = 0;
-  for (int j = 0; j < 16; ++j) {
-    int32_t sub = 0;
-    for (int t = 0; t < 16; ++t) {
-      const int i = 16 * j + t;
-      const int k = i / 128, s = (i % 128) / 32, l = i % 32;
-      sub += ((x.qs[32 * k + l] >> (2 * s)) & 3) * y.qs[i];
-    }
-    isum += (x.scales[j] & 15) * sub;
   }
-  const float dall = y.d * h2f(x.d);
-  const float dmin = y.d * h2f(x.dmin);
-  return dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+  return isum;
 }
 
-__device__ float block_q4_k(const BQ4_K& x, const BQ8_K& y) {
-  int32_t isum = 0, summs = 0;
-  for (int j = 0; j < 8; ++j) {
+// K-quant / IQ2_XXS integer parts of one block: lane `part` of 8. `isum` is the scaled code
+// dot, `summs` the min correction (Q2_K/Q4_K).
+template <uint32_t T>
+__device__ void k_part(const uint8_t* wb, const uint8_t* yb, int part, const Tables& tab,
+                       int& isum, int& summs) {
+  const uint8_t* yq = yb + 4;
+  const auto* bsums = reinterpret_cast<const int16_t*>(yb + 260);
+  if constexpr (T == kQ2_K) {
+    const uint8_t* qs = wb + 16 + 32 * (part / 4);
+    const int shift = 2 * (part % 4);
+    int sub0 = 0, sub1 = 0;
+    for (int m = 0; m < 4; ++m) {
+      sub0 = __dp4a((ld32(qs + 4 * m) >> shift) & 0x03030303, ld32(yq + 32 * part + 4 * m), sub0);
+      sub1 = __dp4a((ld32(qs + 16 + 4 * m) >> shift) & 0x03030303, ld32(yq + 32 * part + 16 + 4 * m), sub1);
+    }
+    const int s0 = wb[2 * part], s1 = wb[2 * part + 1];
+    isum = (s0 & 15) * sub0 + (s1 & 15) * sub1;
+    summs = bsums[2 * part] * (s0 >> 4) + bsums[2 * part + 1] * (s1 >> 4);
+  } else if constexpr (T == kQ4_K) {
+    const int j = part;
+    const uint8_t* s = wb + 4;
     int sc, mn;
-    const uint8_t* s = x.scales;
     if (j < 4) {
       sc = s[j] & 63;
       mn = s[j + 4] & 63;
@@ -180,60 +217,46 @@ __device__ float block_q4_k(const BQ4_K& x, const BQ8_K& y) {
       sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
       mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
-    summs += mn * (y.bsums[2 * j] + y.bsums[2 * j + 1]);
-    int32_t sub = 0;
-    for (int t = 0; t < 32; ++t) {
-      const int i = 32 * j + t;
-      const int code = (x.qs[32 * (j / 2) + i % 32] >> (4 * (j & 1))) & 15;
-      sub += code * y.qs[i];
-    }
-    isum += sc * sub;
-  }
-  const float dall = y.d * h2f(x.d);
-  const float dmin = y.d * h2f(x.dmin);
-  return dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
-}
-
-__device__ float block_iq2(const BIq2& x, const BQ8_K& y) {
-  int32_t bsum = 0;
-  for (int k = 0; k < 8; ++k) {
-    const uint16_t* q = x.qs + 4 * k;
-    const uint32_t a0 = static_cast<uint32_t>(q[0]) | (static_cast<uint32_t>(q[1]) << 16);
-    const uint32_t a1 = static_cast<uint32_t>(q[2]) | (static_cast<uint32_t>(q[3]) << 16);
-    int32_t sumi = 0;
+    const uint8_t* qs = wb + 16 + 32 * (j / 2);
+    const int shift = 4 * (j & 1);
+    int sub = 0;
+    for (int m = 0; m < 8; ++m)
+      sub = __dp4a((ld32(qs + 4 * m) >> shift) & 0x0f0f0f0f, ld32(yq + 32 * j + 4 * m), sub);
+    isum = sc * sub;
+    summs = mn * (bsums[2 * j] + bsums[2 * j + 1]);
+  } else {  // IQ2_XXS: group `part` of 32 values
+    const uint8_t* q = wb + 2 + 8 * part;
+    const uint32_t a0 = ld16(q) | (ld16(q + 2) << 16);
+    const uint32_t a1 = ld16(q + 4) | (ld16(q + 6) << 16);
+    int sumi = 0;
     for (int g = 0; g < 4; ++g) {
-      const uint64_t grid = c_iq2_grid[(a0 >> (8 * g)) & 0xff];
-      const uint8_t signs = c_iq2_signs[(a1 >> (7 * g)) & 127];
-      for (int j = 0; j < 8; ++j) {
-        const int v = static_cast<int>((grid >> (8 * j)) & 0xff) * y.qs[32 * k + 8 * g + j];
-        sumi += (signs >> j) & 1 ? -v : v;
+      const uint64_t grid = tab.grid[(a0 >> (8 * g)) & 0xff];
+      const uint32_t signs = tab.signs[(a1 >> (7 * g)) & 127];
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t m4 = (signs >> (4 * h)) & 15;
+        const uint32_t mask = ((m4 * 0x00204081u) & 0x01010101u) * 0xffu;
+        const uint32_t gw = static_cast<uint32_t>(grid >> (32 * h));
+        const int val = static_cast<int>(__vsub4(gw ^ mask, mask));
+        sumi = __dp4a(val, ld32(yq + 32 * part + 8 * g + 4 * h), sumi);
       }
     }
-    bsum += sumi * static_cast<int32_t>(2 * (a1 >> 28) + 1);
+    isum = sumi * static_cast<int>(2 * (a1 >> 28) + 1);
+    summs = 0;
   }
-  const float d = h2f(x.d) * y.d;
-  return d * static_cast<float>(bsum);
 }
 
-// Q2_K/Q4_K/IQ2_XXS: block values in parallel (block b on lane b mod 32), summed in block order.
 template <uint32_t T>
-__device__ float dot_k(const uint8_t* w, const uint8_t* act, int64_t n, int lane) {
-  const auto* yb = reinterpret_cast<const BQ8_K*>(act);
-  const int64_t nb = n / 256;
-  float sum = 0.0f;
-  for (int64_t base = 0; base < nb; base += 32) {
-    const int64_t b = base + lane;
-    float v = 0.0f;
-    if (b < nb) {
-      if constexpr (T == kQ2_K) v = block_q2_k(reinterpret_cast<const BQ2_K*>(w)[b], yb[b]);
-      else if constexpr (T == kQ4_K) v = block_q4_k(reinterpret_cast<const BQ4_K*>(w)[b], yb[b]);
-      else v = block_iq2(reinterpret_cast<const BIq2*>(w)[b], yb[b]);
-    }
-    const int cnt = static_cast<int>(nb - base < 32 ? nb - base : 32);
-    for (int j = 0; j < cnt; ++j) sum = sum + __shfl_sync(kFull, v, j);
+__device__ float k_block_value(const uint8_t* wb, const uint8_t* yb, int isum, int summs) {
+  const float yd = *reinterpret_cast<const float*>(yb);
+  if constexpr (T == kIQ2_XXS) {
+    const float d = h2f(ld16(wb)) * yd;
+    return d * static_cast<float>(isum);
+  } else {
+    const int off = T == kQ2_K ? 80 : 0;
+    const float dall = yd * h2f(ld16(wb + off));
+    const float dmin = yd * h2f(ld16(wb + off + 2));
+    return dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
   }
-  if constexpr (T == kIQ2_XXS) return 0.125f * sum;
-  return sum;
 }
 
 struct MatvecArgs {
@@ -245,35 +268,193 @@ struct MatvecArgs {
   size_t act_stride;  // bytes between groups' activations (0: shared)
   float* y;
   int64_t y_stride;
+  int rpw;  // rows per warp (1, or up to 4 for rows that fit one chunk together)
 };
 
-// One warp per output row; blockIdx.y is the group.
+// Activation bytes per weight block (f32 values, Q8_0 36-byte or Q8_K 292-byte blocks) and the
+// shared-memory slice of one chunk's activation.
 template <uint32_t T>
-__global__ void matvec_kernel(MatvecArgs a) {
-  const int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
-  const int lane = threadIdx.x & 31;
+struct ActFmt {
+  static constexpr int kBytes = Fmt<T>::kVals == 1 ? 4 : Fmt<T>::kVals == 32 ? 36 : 292;
+  static constexpr int kSlice = Chunk<T>::kBlocks * kBytes;
+};
+constexpr int kActSliceMax = 14080;  // >= every format's kSlice (Q2_K, IQ2_XXS: 48 * 292)
+
+// Adds the dot of one staged chunk (nb blocks of weights at sm, activations at xs) to the
+// running value `acc` of this lane, in the reference order (see above).
+template <uint32_t T>
+__device__ float dot_chunk(const uint8_t* sm, const uint8_t* xs, int nb, int lane, const Tables& tab,
+                           float acc) {
+  constexpr int kBytes = Fmt<T>::kBytes;
+  constexpr int kAct = ActFmt<T>::kBytes;
+  if constexpr (T == kF32 || T == kF16 || T == kBF16) {
+    const auto* xf = reinterpret_cast<const float*>(xs);
+    if (lane < 16) {
+      int b0 = 0;
+      for (; b0 + 64 <= nb; b0 += 64) {  // 4 groups of 16: loads first, adds in order
+        const float p0 = load_w<T>(sm, b0 + lane) * xf[b0 + lane];
+        const float p1 = load_w<T>(sm, b0 + 16 + lane) * xf[b0 + 16 + lane];
+        const float p2 = load_w<T>(sm, b0 + 32 + lane) * xf[b0 + 32 + lane];
+        const float p3 = load_w<T>(sm, b0 + 48 + lane) * xf[b0 + 48 + lane];
+        acc = acc + p0;
+        acc = acc + p1;
+        acc = acc + p2;
+        acc = acc + p3;
+      }
+      for (; b0 < nb; b0 += 16) {
+        const int i = b0 + lane;
+        const float p = i < nb ? load_w<T>(sm, i) * xf[i] : 0.0f;
+        acc = acc + p;
+      }
+    }
+  } else if constexpr (T == kQ8_0 || T == kMXFP4) {
+    const int slot = lane >> 2, part = lane & 3;
+    for (int j0 = 0; j0 < nb; j0 += 8) {  // uniform trip count: every lane shuffles
+      const int j = j0 + slot;
+      const bool on = j < nb;
+      const uint8_t* wb = sm + j * kBytes;
+      const uint8_t* xb = xs + j * kAct;
+      int isum = on ? q8_part<T>(wb, xb + 4, part) : 0;
+      isum += __shfl_xor_sync(kFull, isum, 1);
+      isum += __shfl_xor_sync(kFull, isum, 2);
+      if (on) {
+        const float xd = *reinterpret_cast<const float*>(xb);
+        float s;
+        if constexpr (T == kQ8_0) {
+          const float scale = h2f(ld16(wb)) * xd;
+          s = scale * static_cast<float>(isum);
+        } else {
+          s = (c_mx_half[wb[0]] * xd) * static_cast<float>(isum);
+        }
+        acc = acc + s;
+      }
+    }
+  } else {
+    const int grp = lane >> 3, part = lane & 7;
+    for (int j0 = 0; j0 < nb; j0 += 4) {
+      const int j = j0 + grp;
+      float v = 0.0f;
+      int isum = 0, summs = 0;
+      const uint8_t* yb = xs + j * kAct;
+      if (j < nb) k_part<T>(sm + j * kBytes, yb, part, tab, isum, summs);
+      for (int off = 1; off < 8; off <<= 1) {
+        isum += __shfl_xor_sync(kFull, isum, off);
+        summs += __shfl_xor_sync(kFull, summs, off);
+      }
+      if (j < nb) v = k_block_value<T>(sm + j * kBytes, yb, isum, summs);
+      const int cnt = nb - j0 < 4 ? nb - j0 : 4;
+      for (int k = 0; k < cnt; ++k) acc = acc + __shfl_sync(kFull, v, 8 * k);
+    }
+  }
+  return acc;
+}
+
+// The row's result on lane 0 from the lanes' running values (the reference's final tree).
+template <uint32_t T>
+__device__ float dot_finish(float acc) {
+  if constexpr (T == kF32 || T == kF16 || T == kBF16) {
+    for (int off = 8; off >= 1; off >>= 1) acc = acc + __shfl_down_sync(kFull, acc, off);
+    return acc;
+  } else if constexpr (T == kQ8_0 || T == kMXFP4) {
+    for (int off = 16; off >= 4; off >>= 1) acc = acc + __shfl_down_sync(kFull, acc, off);
+    return acc;
+  } else {
+    return T == kIQ2_XXS ? 0.125f * acc : acc;
+  }
+}
+
+// Stages `bytes` (a multiple of 16 when kVec) from src into the warp's buffer, every load issued
+// before the first store.
+template <bool kVec>
+__device__ void stage_bytes(const uint8_t* src, int bytes, uint8_t* sm, int lane) {
+  if constexpr (kVec) {
+    constexpr int kPer = kMvChunk / 16 / 32;  // 16-byte loads per lane for a full chunk
+    uint4 v[kPer];
+    const int n16 = bytes / 16;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int idx = lane + 32 * k;
+      if (idx < n16) v[k] = __ldg(reinterpret_cast<const uint4*>(src) + idx);
+    }
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int idx = lane + 32 * k;
+      if (idx < n16) reinterpret_cast<uint4*>(sm)[idx] = v[k];
+    }
+  } else {
+    for (int i = lane; i < bytes; i += 32) sm[i] = src[i];
+  }
+}
+
+// a.rpw rows per warp: with rpw > 1 (short rows, the whole row is one chunk) the warp stages
+// its rows together, so more bytes are in flight per warp.
+template <uint32_t T, bool kVec>
+__global__ void __launch_bounds__(kMvWarps * 32) matvec_kernel(MatvecArgs a) {
+  static_assert(ActFmt<T>::kSlice <= kActSliceMax, "activation slice exceeds its buffer");
+  __shared__ __align__(16) uint8_t stage[kMvWarps][kMvChunk];
+  __shared__ __align__(16) uint8_t xs[kActSliceMax];
+  __shared__ Tables tab;
+  if constexpr (T == kIQ2_XXS) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) tab.grid[i] = c_iq2_grid[i];
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) tab.signs[i] = c_iq2_signs[i];
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kMvWarps + warp) * a.rpw;
   const int g = blockIdx.y;
-  if (r >= a.n_rows) return;  // uniform across the warp
+  const int n_mine = static_cast<int>(a.n_rows - r0 < a.rpw ? (a.n_rows - r0 > 0 ? a.n_rows - r0 : 0) : a.rpw);
+  const bool active = n_mine > 0;  // idle warps still take part in the block's barriers
   const int64_t base = a.row0 + static_cast<int64_t>(a.ids ? a.ids[g] : g) * a.group_rows;
-  const uint8_t* w = a.w + static_cast<size_t>(base + r) * a.row_bytes;
+  const uint8_t* wrow = a.w + static_cast<size_t>(base + (active ? r0 : 0)) * a.row_bytes;
   const uint8_t* x = a.act + g * a.act_stride;
-  float v;
-  if constexpr (T == kF32 || T == kF16 || T == kBF16)
-    v = dot_float<T>(w, reinterpret_cast<const float*>(x), a.cols, lane);
-  else if constexpr (T == kQ8_0 || T == kMXFP4)
-    v = dot_q8_lanes<T>(w, x, a.cols, lane);
-  else
-    v = dot_k<T>(w, x, a.cols, lane);
-  if (lane == 0) a.y[g * a.y_stride + r] = v;
+  uint8_t* sm = stage[warp];
+
+  constexpr int CB = Chunk<T>::kBlocks;
+  constexpr int kBytes = Fmt<T>::kBytes;
+  constexpr int kAct = ActFmt<T>::kBytes;
+  const int64_t nblk = a.cols / Fmt<T>::kVals;
+  float acc = 0.0f;
+  for (int64_t c0 = 0; c0 < nblk; c0 += CB) {  // one chunk when rpw > 1
+    const int nb = static_cast<int>(nblk - c0 < CB ? nblk - c0 : CB);
+    // This chunk's activation slice, shared by the block's rows (4-byte words: every
+    // activation block size is a multiple of 4 and every slice starts 4-byte aligned).
+    {
+      const int n4 = nb * kAct / 4;
+      const auto* x4 = reinterpret_cast<const int*>(x + c0 * kAct);
+      for (int i = threadIdx.x; i < n4; i += blockDim.x) reinterpret_cast<int*>(xs)[i] = __ldg(x4 + i);
+    }
+    if (active) {
+      if (a.rpw == 1) stage_bytes<kVec>(wrow + c0 * kBytes, nb * kBytes, sm, lane);
+      else stage_bytes<kVec>(wrow, n_mine * static_cast<int>(a.row_bytes), sm, lane);
+    }
+    __syncthreads();
+    if (active) {
+      if (a.rpw == 1) {
+        acc = dot_chunk<T>(sm, xs, nb, lane, tab, acc);
+      } else {
+        for (int k = 0; k < n_mine; ++k) {
+          const float v = dot_finish<T>(dot_chunk<T>(sm + k * a.row_bytes, xs, nb, lane, tab, 0.0f));
+          if (lane == 0) a.y[g * a.y_stride + r0 + k] = v;
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if (!active || a.rpw != 1) return;
+  const float out = dot_finish<T>(acc);
+  if (lane == 0) a.y[g * a.y_stride + r0] = out;
 }
 
 template <uint32_t T>
-void launch_matvec(const MatvecArgs& a, int groups) {
-  constexpr int kThreads = 256;
-  const int64_t warps_per_block = kThreads / 32;
-  const dim3 grid(static_cast<unsigned>((a.n_rows + warps_per_block - 1) / warps_per_block),
-                  static_cast<unsigned>(groups));
-  matvec_kernel<T><<<grid, kThreads>>>(a);
+void launch_matvec(MatvecArgs a, int groups) {
+  // Short rows: up to 4 per warp while they fit one chunk together.
+  const int64_t chunk_bytes = static_cast<int64_t>(Chunk<T>::kBlocks) * Fmt<T>::kBytes;
+  a.rpw = 1;
+  while (a.rpw < 4 && static_cast<int64_t>(a.row_bytes) * (a.rpw + 1) <= chunk_bytes) ++a.rpw;
+  const int64_t per_block = static_cast<int64_t>(kMvWarps) * a.rpw;
+  const dim3 grid(static_cast<unsigned>((a.n_rows + per_block - 1) / per_block), static_cast<unsigned>(groups));
+  const bool vec = (reinterpret_cast<uintptr_t>(a.w) % 16 == 0) && (a.row_bytes % 16 == 0);
+  if (vec) matvec_kernel<T, true><<<grid, kMvWarps * 32, 0, launch_stream()>>>(a);
+  else matvec_kernel<T, false><<<grid, kMvWarps * 32, 0, launch_stream()>>>(a);
 }
 
 enum class Act { F32, Q8_0, Q8_K, Bad };
@@ -320,11 +501,11 @@ void matvec(const DevMatrix& w, int64_t row0, int64_t n_rows, int64_t group_rows
     a.act_stride = static_cast<size_t>(x_stride) * 4;
   } else {
     const int64_t blocks = (at == Act::Q8_0 ? w.cols / 32 : w.cols / 256) * q_rows;
-    const unsigned nblk = static_cast<unsigned>((blocks + 127) / 128);
+    const unsigned nblk = static_cast<unsigned>((blocks + 3) / 4);  // 4 warps of 32, one per block
     if (at == Act::Q8_0)
-      quant_q8_0_kernel<<<nblk, 128>>>(x, x_stride, w.cols, q_rows, act_scratch, ab);
+      quant_q8_0_kernel<<<nblk, 128, 0, launch_stream()>>>(x, x_stride, w.cols, q_rows, act_scratch, ab);
     else
-      quant_q8_k_kernel<<<nblk, 128>>>(x, x_stride, w.cols, q_rows, act_scratch, ab);
+      quant_q8_k_kernel<<<nblk, 128, 0, launch_stream()>>>(x, x_stride, w.cols, q_rows, act_scratch, ab);
     a.act = act_scratch;
   }
   switch (w.type) {
