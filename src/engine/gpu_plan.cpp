@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "backend/synthetic/synthetic_model.h"
 #include "model/kv_state.h"
 
 namespace ds4 {
@@ -26,14 +27,6 @@ std::vector<std::string_view> split_commas(std::string_view text, std::string_vi
     if (comma == std::string_view::npos) return items;
     start = comma + 1;
   }
-}
-
-uint64_t tensor_bytes(const model::TensorSpec& spec, GgmlType type) {
-  const auto info = ggml_type_info(static_cast<uint32_t>(type));
-  if (!info) fail("tensor {}: unknown ggml type {}", spec.name, static_cast<uint32_t>(type));
-  uint64_t rows = 1;
-  for (size_t i = 1; i < spec.shape.size(); ++i) rows *= spec.shape[i];
-  return spec.shape[0] / info->block_elems * info->block_bytes * rows;
 }
 
 bool tensor_parallel_split(const model::TensorSpec& spec) {
@@ -87,7 +80,7 @@ ModelFootprint model_footprint(const model::Config& config, const TensorTypeOf& 
   fp.ctx = ctx;
   fp.layers.resize(config.n_layer);
   for (const model::TensorSpec& spec : model::expected_tensors(config)) {
-    const uint64_t bytes = tensor_bytes(spec, type_of(spec));
+    const uint64_t bytes = synth::device_tensor_bytes(spec, type_of(spec));
     if (spec.layer < 0) {
       (spec.kind == model::TensorKind::TokenEmbedding ? fp.embedding_bytes : fp.head_bytes) += bytes;
       continue;

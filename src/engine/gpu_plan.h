@@ -53,7 +53,8 @@ struct ModelFootprint {
 /// The ggml type a tensor has (the loaded file's, or a recipe's for a synthetic model).
 using TensorTypeOf = std::function<GgmlType(const model::TensorSpec&)>;
 
-/// Counts bytes per layer from model::expected_tensors(config) with each tensor's type, plus
+/// Counts device bytes per layer (synth::device_tensor_bytes of model::expected_tensors(config)
+/// with each tensor's type: vectors and APE tables as f32, as the CUDA backend stores them), plus
 /// model::KvState::estimate_layer for ctx. Optional tensors are counted. Throws ds4::Error for
 /// an invalid config or ctx < 1.
 ModelFootprint model_footprint(const model::Config& config, const TensorTypeOf& type_of,

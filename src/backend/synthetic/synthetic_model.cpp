@@ -202,6 +202,15 @@ uint64_t session_scratch_bytes(const model::Config& c, int64_t ctx, uint64_t max
   return 4 * floats + 4 * ints + act + positions;
 }
 
+uint64_t device_tensor_bytes(const model::TensorSpec& s, GgmlType type) {
+  uint64_t rows = 1;
+  for (size_t i = 1; i < s.shape.size(); ++i) rows *= s.shape[i];
+  if (stored_as_f32(s)) return 4 * s.shape[0] * rows;
+  if (!quant::is_weight_type(type))
+    fail("tensor {}: type {} is not a weight type", s.name, ggml_type_name(static_cast<uint32_t>(type)));
+  return quant::row_bytes(type, static_cast<int64_t>(s.shape[0])) * rows;
+}
+
 MemoryPlan plan_memory(const model::Config& c,
                        const std::function<GgmlType(const model::TensorSpec&)>& type_of, int64_t ctx) {
   if (ctx < 1) fail("context size {} must be at least 1 token", ctx);
@@ -209,18 +218,11 @@ MemoryPlan plan_memory(const model::Config& c,
   p.ctx = ctx;
   uint64_t max_act = 0;
   for (const model::TensorSpec& s : model::expected_tensors(c)) {
-    uint64_t n = 1;
-    for (uint64_t d : s.shape) n *= d;
-    if (stored_as_f32(s)) {
-      p.weights += 4 * n;
-      continue;
-    }
-    const GgmlType t = type_of(s);
-    if (!quant::is_weight_type(t)) fail("tensor {}: type {} is not a weight type", s.name, ggml_type_name(static_cast<uint32_t>(t)));
-    const auto cols = static_cast<int64_t>(s.shape[0]);
-    p.weights += quant::row_bytes(t, cols) * (n / s.shape[0]);
-    if (s.kind != model::TensorKind::TokenEmbedding)
-      max_act = std::max<uint64_t>(max_act, quant::act_row_bytes(quant::activation_type(t), cols));
+    const GgmlType t = stored_as_f32(s) ? GgmlType::F32 : type_of(s);
+    p.weights += device_tensor_bytes(s, t);
+    if (!stored_as_f32(s) && s.kind != model::TensorKind::TokenEmbedding)
+      max_act = std::max<uint64_t>(
+          max_act, quant::act_row_bytes(quant::activation_type(t), static_cast<int64_t>(s.shape[0])));
   }
   p.kv = model::KvState::estimate(c, ctx).total();
   p.scratch = session_scratch_bytes(c, ctx, max_act);
@@ -232,9 +234,7 @@ uint64_t decode_weight_bytes(const model::Config& c,
   uint64_t bytes = 0;
   for (const model::TensorSpec& s : model::expected_tensors(c)) {
     if (stored_as_f32(s) || s.kind == model::TensorKind::TokenEmbedding) continue;
-    uint64_t rows = 1;
-    for (size_t i = 1; i < s.shape.size(); ++i) rows *= s.shape[i];
-    const uint64_t b = quant::row_bytes(type_of(s), static_cast<int64_t>(s.shape[0])) * rows;
+    const uint64_t b = device_tensor_bytes(s, type_of(s));
     const bool routed = s.kind == model::TensorKind::RoutedGateUp || s.kind == model::TensorKind::RoutedDown;
     bytes += routed ? b / c.n_expert * c.n_expert_used : b;
   }

@@ -55,6 +55,11 @@ void fill_vector(const model::TensorSpec& spec, const model::Config& c, uint64_t
 /// ffn_gate_tid2eid of a hash layer: n_vocab rows of n_expert_used distinct expert ids.
 std::vector<int32_t> hash_table(const model::Config& c, uint64_t seed);
 
+/// Bytes tensor `spec` of GGUF type `type` takes in a backend's device memory: matrices keep
+/// their block bytes; vectors, hash tables and compressor APE tables are stored as 4-byte
+/// elements whatever their file type. Throws ds4::Error when a matrix type is not a weight type.
+uint64_t device_tensor_bytes(const model::TensorSpec& spec, GgmlType type);
+
 /// Device memory of one backend instance with one session of `ctx` tokens, in bytes.
 struct MemoryPlan {
   uint64_t weights = 0;  ///< every tensor: matrices in their block format, vectors/APE f32, hash tables i32
