@@ -146,6 +146,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--minutes", type=float, default=4.0, help="training time budget")
     ap.add_argument("--max-steps", type=int, default=100000)
+    ap.add_argument("--schedule-steps", type=int, default=0,
+                    help="cosine schedule length (default: estimated from the speed of the first 30 steps)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--rows", type=int, default=16384, help="learned vocabulary rows (incl. the shared one)")
@@ -189,8 +191,11 @@ def main():
         el = time.time() - t0
         if el > budget:
             break
-        if step == 30:
+        if step == 30 and not a.schedule_steps:
             est_steps = int(budget / (el / 30))
+            print("schedule: %d steps" % est_steps, flush=True)
+        if a.schedule_steps:
+            est_steps = a.schedule_steps
         total = est_steps or a.max_steps
         lr = a.lr * min(1.0, (step + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / max(total, 1)))))
         for g in opt.param_groups:
@@ -232,6 +237,7 @@ def main():
     ev = evaluate(model, windows, a.device)
     log["final_heldout_f16"] = ev
     log["steps"] = step
+    log["schedule_steps"] = est_steps
     log["train_seconds"] = time.time() - t0
     print("final (f16 weights) held-out %s" % ev, flush=True)
     save_parts(model.cpu(), vmap, tables, a.out)
