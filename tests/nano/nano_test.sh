@@ -21,6 +21,20 @@ grep -q "ds4-nano-q2.gguf" <<<"$out" && grep -q "^layers: 6$" <<<"$out" && grep 
   && ok || bad "default model: $out"
 expect 0 "layers: 6" -- "$build/ds4" -m "$build/models/ds4-nano-q4.gguf" --inspect -t 1
 
+# ds4-server serves ds4-nano without -m: a greedy completion of an Italian prompt is text.
+"$build/ds4-server" --port 0 -t 1 -c 2048 > "$tmp/server.log" 2>&1 &
+srv=$!
+port=""
+for _ in $(seq 1 100); do
+  port=$(grep -oE "listening on http://[0-9.]+:[0-9]+" "$tmp/server.log" | grep -oE "[0-9]+$")
+  [ -n "$port" ] && break; sleep 0.2
+done
+resp=$(curl -s -m 60 "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
+  -d '{"model":"ds4","prompt":"Il giorno dopo, Renzo","max_tokens":8,"temperature":0}')
+kill "$srv"; wait "$srv" 2>/dev/null
+grep -q "ds4-nano-q2.gguf" "$tmp/server.log" && grep -q '"completion_tokens":8' <<<"$resp" \
+  && grep -qE '"text":"[^"]+' <<<"$resp" && ok || bad "server default model: $(cat "$tmp/server.log") $resp"
+
 # Held-out perplexity (text never trained on: the last 10% of promessi_sposi.txt, cut at a line
 # boundary, exactly as tools/train/prepare_data.py splits it): engine and reference within 1%.
 /usr/bin/python3 - "$shared/testdata/text/promessi_sposi.txt" "$tmp/heldout.txt" <<'PY'
