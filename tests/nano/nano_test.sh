@@ -29,8 +29,14 @@ for _ in $(seq 1 100); do
   port=$(grep -oE "listening on http://[0-9.]+:[0-9]+" "$tmp/server.log" | grep -oE "[0-9]+$")
   [ -n "$port" ] && break; sleep 0.2
 done
-resp=$(curl -s -m 60 "http://127.0.0.1:$port/v1/completions" -H 'content-type: application/json' \
-  -d '{"model":"ds4","prompt":"Il giorno dopo, Renzo","max_tokens":8,"temperature":0}')
+resp=$(/usr/bin/python3 - "$port" <<'PY'
+import sys, urllib.request
+body = b'{"model":"ds4","prompt":"Il giorno dopo, Renzo","max_tokens":8,"temperature":0}'
+req = urllib.request.Request("http://127.0.0.1:%s/v1/completions" % sys.argv[1], data=body,
+                             headers={"content-type": "application/json"})
+print(urllib.request.urlopen(req, timeout=60).read().decode())
+PY
+)
 kill "$srv"; wait "$srv" 2>/dev/null
 grep -q "ds4-nano-q2.gguf" "$tmp/server.log" && grep -q '"completion_tokens":8' <<<"$resp" \
   && grep -qE '"text":"[^"]+' <<<"$resp" && ok || bad "server default model: $(cat "$tmp/server.log") $resp"
