@@ -222,7 +222,7 @@ def init_value(name, shape, cfg, gen):
     if name.endswith("norm.weight"):
         return torch.ones(shape)
     if name.endswith("_scale.weight"):
-        return torch.full(shape, 0.5 if name.startswith("blk") else 0.5)
+        return torch.full(shape, 0.5)
     if name.endswith("_base.weight"):
         v = torch.zeros(shape)
         if name.startswith("blk"):
