@@ -45,7 +45,7 @@ def nano_from_gguf(path):
             params[name] = torch.from_numpy(np.array(m.reader.tensor(name), dtype=np.float64))
         else:  # optional routing bias
             params[name] = torch.zeros(c.n_expert, dtype=torch.float64)
-    tables = [torch.from_numpy(m.w.ints("blk.%d.ffn_gate_tid2eid.weight" % il)) for il in range(c.n_hash_layer)]
+    tables = [torch.from_numpy(np.array(m.w.ints("blk.%d.ffn_gate_tid2eid.weight" % il))) for il in range(c.n_hash_layer)]
     return m, Nano(cfg, torch.arange(c.n_vocab), tables, params=params)
 
 
