@@ -7,6 +7,7 @@
 
 #include "cli/generate.h"
 #include "cli/logprobs.h"
+#include "cli/perplexity.h"
 #include "cli/options.h"
 #include "cli/repl.h"
 #include "common/error.h"
@@ -94,6 +95,14 @@ int run(const ds4::cli::Options& o) {
                  static_cast<long long>(ds4::chat::kThinkMaxMinContext));
 
   ds4::Session session(cfg, engine->backend(), o.ctx);
+  if (o.perplexity_file) {
+    const std::string text = read_file(*o.perplexity_file);
+    check_utf8(text, o.perplexity_file->c_str());
+    const auto tokens = engine->tokenizer().encode_plain(text);
+    const auto r = ds4::cli::perplexity(session, tokens);
+    std::printf("%s\n", ds4::cli::format_perplexity(r).c_str());
+    return 0;
+  }
   if (o.dump_logprobs) {
     if (!prompt) ds4::fail("--dump-logprobs needs -p or --prompt-file");
     const auto tokens = ds4::cli::build_prompt(*engine, o.system, *prompt, mode, o.ctx);

@@ -60,6 +60,8 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--think-mode", o.think_mode, "Mode for --render-chat: thinking, chat or max")
       ->check(CLI::IsMember({"thinking", "chat", "max"}));
   app.add_flag("--inspect", o.inspect, "Load the model, print a summary and exit");
+  app.add_option("--perplexity-file", o.perplexity_file,
+                 "Score raw text with teacher-forced NLL (first 32 tokens unscored)");
 
   // -sys is ds4's spelling; CLI11 short options are one character, so rewrite it.
   std::vector<std::string> args;
@@ -73,6 +75,10 @@ Options parse_options(int argc, char** argv) {
   }
   if (o.prompt && o.prompt_file) {
     std::fprintf(stderr, "ds4: give either -p/--prompt or --prompt-file, not both\n");
+    std::exit(2);
+  }
+  if (o.perplexity_file && (o.prompt || o.prompt_file)) {
+    std::fprintf(stderr, "ds4: --perplexity-file does not use -p/--prompt-file\n");
     std::exit(2);
   }
   if (o.threads == 0) {

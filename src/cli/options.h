@@ -30,6 +30,7 @@ struct Options {
   std::optional<std::string> render_chat;  ///< messages JSON file
   std::string think_mode = "thinking";     ///< for --render-chat: thinking | chat | max
   bool inspect = false;
+  std::optional<std::string> perplexity_file;  ///< --perplexity-file: score raw text, then exit
 };
 
 /// Parses argv. On --help prints usage and exits 0; on a bad flag or value prints a clear

@@ -68,6 +68,27 @@ void Session::prefill(std::span<const int32_t> tokens, int64_t chunk, const Prog
   }
 }
 
+void Session::prefill_each(std::span<const int32_t> tokens, int64_t chunk,
+                           const std::function<void(int64_t, std::span<const float>)>& each) {
+  if (tokens.empty()) return;
+  const auto total = static_cast<int64_t>(tokens.size());
+  if (static_cast<int64_t>(tokens_.size()) + total > ctx_)
+    fail("text of {} tokens does not fit: the session holds {} of {} context tokens", total, tokens_.size(), ctx_);
+  const int64_t step = chunk > 0 ? chunk : total;
+  const size_t nv = config_.n_vocab;
+  std::vector<float> all;
+  for (int64_t done = 0; done < total;) {
+    const int64_t n = std::min(step, total - done);
+    all.resize(static_cast<size_t>(n) * nv);
+    backend_->eval(tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(n)),
+                   static_cast<int64_t>(tokens_.size()), logits_, all);
+    tokens_.insert(tokens_.end(), tokens.begin() + done, tokens.begin() + done + n);
+    have_logits_ = true;
+    for (int64_t i = 0; i < n; ++i) each(done + i, std::span<const float>(all).subspan(static_cast<size_t>(i) * nv, nv));
+    done += n;
+  }
+}
+
 int64_t Session::sync(std::span<const int32_t> prompt, int64_t chunk, const ProgressFn& progress) {
   size_t common = 0;
   while (common < tokens_.size() && common < prompt.size() && tokens_[common] == prompt[common])

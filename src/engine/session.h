@@ -26,6 +26,11 @@ class Session {
   /// Appends `tokens` and evaluates them in chunks of `chunk` tokens (0 = all at once).
   /// Throws ds4::Error when the total would reach ctx (prompts must be shorter than ctx).
   void prefill(std::span<const int32_t> tokens, int64_t chunk = 0, const ProgressFn& progress = {});
+  /// Appends `tokens` like prefill() and hands every token's next-token logits to
+  /// `each(i, logits)` (i = index in `tokens`, logits n_vocab f32, valid during the call);
+  /// teacher-forced scoring (`ds4 --perplexity-file`). Same errors as prefill().
+  void prefill_each(std::span<const int32_t> tokens, int64_t chunk,
+                    const std::function<void(int64_t, std::span<const float>)>& each);
   /// Appends one token (decode step).
   void decode(int32_t token) { prefill(std::span<const int32_t>(&token, 1)); }
   /// Makes the session hold exactly `prompt`, reusing the longest common token prefix (at least

@@ -404,4 +404,27 @@ Config Config::tiny(uint32_t n_vocab) {
   return c;
 }
 
+Config Config::nano() {
+  Config c = flash();
+  c.n_layer = 6;
+  c.n_embd = 256;
+  c.n_head = 4;
+  c.head_dim = 128;
+  c.value_dim = 128;
+  c.n_rot = 32;
+  c.q_lora_rank = 128;
+  c.o_lora_rank = 64;
+  c.n_out_group = 2;
+  c.n_expert = 4;
+  c.n_expert_used = 2;
+  c.n_ff_exp = 256;
+  c.n_hash_layer = 2;
+  c.n_indexer_head = 4;
+  c.indexer_head_dim = 64;
+  c.indexer_top_k = 32;
+  c.compress_ratios = alternating_ratios(6, 0);
+  c.swiglu_clamp.assign(6, 10.0f);
+  return c;
+}
+
 }  // namespace ds4::model

@@ -179,6 +179,12 @@ struct Config {
   /// top-k 8; 16 experts, 3 used, ff 256; HC 4 with 20 Sinkhorn iterations; q_lora 64,
   /// o_lora 32, 2 output groups; everything else as Flash.
   static Config tiny(uint32_t n_vocab);
+  /// ds4-nano, the trained small model shipped with the engine (docs/nano.md): the full
+  /// 129280-token vocabulary; 6 layers with ratios 0,0,4,128,4,128; 2 hash layers; hidden
+  /// 256; 4 heads x 128 with 32 RoPE dims; window 128; indexer 4 heads x 64, top-k 32;
+  /// 4 experts, 2 used, ff 256; HC 4 with 20 Sinkhorn iterations; q_lora 128, o_lora 64,
+  /// 2 output groups; everything else as Flash. Twin of NANO_SHAPE in tools/train/train_nano.py.
+  static Config nano();
 
   friend bool operator==(const Config&, const Config&) = default;
 };

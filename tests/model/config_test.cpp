@@ -58,7 +58,7 @@ bool has_problem(const Config& c, const std::string& text) {
 }
 
 TEST(Config, RoundTripsThroughGguf) {
-  for (const Config& c : {Config::tiny(64), Config::flash(), Config::pro()}) {
+  for (const Config& c : {Config::tiny(64), Config::nano(), Config::flash(), Config::pro()}) {
     const auto bytes = metadata_file(c);
     const Config back = Config::from_gguf(gguf::Reader::from_memory(bytes, "model.gguf"));
     EXPECT_EQ(back, c);
@@ -69,6 +69,19 @@ TEST(Config, RoundTripsThroughGguf) {
   with_groups.context_length.reset();
   const auto bytes = metadata_file(with_groups);
   EXPECT_EQ(Config::from_gguf(gguf::Reader::from_memory(bytes, "m")), with_groups);
+}
+
+// ds4-nano (docs/nano.md) is valid, custom, keeps the full vocabulary and has every layer kind.
+TEST(Config, NanoHasEveryLayerKind) {
+  const Config c = Config::nano();
+  EXPECT_TRUE(c.problems().empty());
+  EXPECT_EQ(c.variant(), Variant::Custom);
+  EXPECT_EQ(c.n_vocab, 129280u);
+  EXPECT_EQ(c.compress_ratios, (std::vector<uint32_t>{0, 0, 4, 128, 4, 128}));
+  EXPECT_TRUE(c.is_hash_layer(1));
+  EXPECT_FALSE(c.is_hash_layer(2));
+  EXPECT_EQ(c.nope_dim(), 96u);  // FP8 blocks: one of 64 and a trailing one of 32
+  EXPECT_EQ(c.hc_dim(), 1024u);
 }
 
 TEST(Config, FlashValuesAndDerivedSizes) {

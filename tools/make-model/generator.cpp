@@ -5,6 +5,9 @@
 #include <cstdio>
 #include <unordered_set>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "common/error.h"
 #include "gguf/writer.h"
 #include "quant/quant.h"
@@ -76,6 +79,31 @@ void fill_row(const model::TensorSpec& spec, const model::Config& c, uint64_t ro
   } else {  // output_hc_base, exp_probs_b.bias and anything else small
     for (auto& v : out) v = 0.05f * rng.sym();
   }
+}
+
+/// Every problem of `weights` against the layout `specs`, one line each.
+std::vector<std::string> weights_problems(const gguf::Reader& weights, const std::vector<model::TensorSpec>& specs) {
+  std::vector<std::string> p;
+  std::unordered_set<std::string_view> names;
+  for (const auto& spec : specs) {
+    names.insert(spec.name);
+    const gguf::TensorInfo* t = weights.find_tensor(spec.name);
+    if (t == nullptr) {
+      p.push_back(fmt::format("missing tensor '{}'", spec.name));
+      continue;
+    }
+    const std::vector<uint64_t> shape(t->shape().begin(), t->shape().end());
+    if (shape != spec.shape)
+      p.push_back(fmt::format("tensor '{}' has shape {}, the layout needs {}", spec.name, t->shape_string(),
+                              fmt::format("[{}]", fmt::join(spec.shape, ", "))));
+    const bool is_int = spec.kind == model::TensorKind::HashTable;
+    if (is_int != (t->type() == GgmlType::I32) || !t->type_known)
+      p.push_back(fmt::format("tensor '{}' has type id {}, expected {}", spec.name, t->type_id,
+                              is_int ? "I32" : "a float or quantized type"));
+  }
+  for (const auto& t : weights.tensors())
+    if (!names.count(t.name)) p.push_back(fmt::format("tensor '{}' is not part of the layout", t.name));
+  return p;
 }
 
 }  // namespace
@@ -179,6 +207,11 @@ void generate_model(const GenerateOptions& o, const std::string& path) {
     w.set("tokenizer.ggml.token_type", gguf::Value::i32_array(o.vocab.token_types));
 
   const auto specs = model::expected_tensors(c);
+  if (o.weights != nullptr) {
+    const auto p = weights_problems(*o.weights, specs);
+    if (!p.empty()) fail("{}: weights do not match the layout ({} problems):\n  - {}", o.weights->name(), p.size(),
+                         fmt::join(p, "\n  - "));
+  }
   uint64_t total = 0;
   for (const auto& s : specs) {
     w.add_tensor(s.name, model::recipe_type(s, o.recipe), s.shape);
@@ -197,6 +230,12 @@ void generate_model(const GenerateOptions& o, const std::string& path) {
     Rng rng(o.seed * 0x100000001b3ull ^ fnv1a(spec.name));
     const uint64_t cols = spec.shape[0];
     const uint64_t rows = decl.n_elements / cols;
+    const gguf::TensorInfo* src = o.weights ? o.weights->find_tensor(spec.name) : nullptr;
+    if (src != nullptr && decl.type == GgmlType::I32) {  // trained hash table: copied as is
+      w.write_tensor_data(src->bytes());
+      written += decl.n_bytes;
+      continue;
+    }
     if (decl.type == GgmlType::I32) {  // ffn_gate_tid2eid: n_used distinct experts per token
       std::vector<int32_t> ids(decl.n_elements);
       std::vector<int32_t> perm(c.n_expert);
@@ -215,8 +254,12 @@ void generate_model(const GenerateOptions& o, const std::string& path) {
     const size_t rb = quant::row_bytes(decl.type, static_cast<int64_t>(cols));
     row.resize(cols);
     buf.clear();
+    const size_t src_rb = src ? quant::row_bytes(src->type(), static_cast<int64_t>(cols)) : 0;
     for (uint64_t r = 0; r < rows; ++r) {
-      fill_row(spec, c, r, rng, row);
+      if (src != nullptr)
+        quant::dequantize_row(src->type(), src->data + r * src_rb, row.data(), static_cast<int64_t>(cols));
+      else
+        fill_row(spec, c, r, rng, row);
       const size_t at = buf.size();
       buf.resize(at + rb);
       quant::quantize_row(decl.type, row.data(), buf.data() + at, static_cast<int64_t>(cols));

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "gguf/reader.h"
 #include "model/config.h"
 #include "model/layout.h"
 #include "tokenizer/vocab.h"
@@ -20,10 +21,16 @@ struct GenerateOptions {
   uint64_t seed = 1;
   std::string name = "ds4-generated";
   bool progress = true;      ///< print progress to stderr
+  /// Trained weights (e.g. ds4-nano's, docs/nano.md): when set, every tensor is taken from
+  /// this file by its GGUF name instead of being random, dequantized (any type quant::
+  /// dequantize_row reads) and requantized to the recipe's type; I32 hash tables are copied.
+  /// The file must hold exactly the tensors of the layout, with the layout's shapes.
+  const gguf::Reader* weights = nullptr;
 };
 
 /// Writes the model to `path` (atomically: path.partial then rename). Throws ds4::Error on an
-/// invalid config, a vocabulary of the wrong size, or an I/O failure.
+/// invalid config, a vocabulary of the wrong size, an I/O failure, or (with `weights`) a
+/// missing, extra, mis-shaped or mis-typed weights tensor (all listed in one error).
 void generate_model(const GenerateOptions& options, const std::string& path);
 
 /// A byte-level vocabulary of `n_vocab` tokens: the 256 byte tokens, the special tokens of

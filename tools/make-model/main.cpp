@@ -1,15 +1,19 @@
-// ds4-make-model: writes a GGUF of the exact ds4 layout with seeded random weights.
-//   ds4-make-model --preset tiny --recipe q2 --vocab models/deepseek-v4-tokenizer.json.zst -o tiny.gguf
+// ds4-make-model: writes a GGUF of the exact ds4 layout with seeded random weights, or with
+// trained weights (--weights: ds4-nano, docs/nano.md).
+//   ds4-make-model --preset tiny --recipe q2 --vocab models/deepseek-v3-tokenizer.json.zst -o tiny.gguf
+//   ds4-make-model --weights models/ds4-nano-weights.gguf.zst --recipe q2 --vocab ... -o nano.gguf
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <zstd.h>
 
 #include <cstdio>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
 #include "common/error.h"
 #include "generator.h"
+#include "gguf/reader.h"
 #include "tokenizer/hf_tokenizer_json.h"
 
 namespace {
@@ -68,12 +72,15 @@ int main(int argc, char** argv) {
   CLI::App app{"Writes a DeepSeek V4 GGUF of the exact ds4 layout with seeded random weights.",
                "ds4-make-model"};
   std::string preset = "tiny", recipe_name = "q2", vocab_path = "byte", out, config_file;
-  std::string name;
+  std::string name, weights_path;
   uint32_t vocab_size = 0;
   uint64_t seed = 1;
   bool quiet = false;
-  app.add_option("--preset", preset, "Model shape: tiny, flash or pro")
-      ->check(CLI::IsMember({"tiny", "flash", "pro"}));
+  app.add_option("--preset", preset, "Model shape: tiny, nano, flash or pro")
+      ->check(CLI::IsMember({"tiny", "nano", "flash", "pro"}));
+  app.add_option("--weights", weights_path,
+                 "Trained weights GGUF (optionally .zst): shape and tensors come from it, not from --preset")
+      ->check(CLI::ExistingFile);
   app.add_option("--recipe", recipe_name, "Quantization recipe: q2, q4 or f32")
       ->check(CLI::IsMember({"q2", "q4", "f32"}));
   app.add_option("--vocab", vocab_path,
@@ -92,7 +99,19 @@ int main(int argc, char** argv) {
     using ds4::model::Config;
     const bool byte = vocab_path == "byte";
     ds4::tools::GenerateOptions o;
-    if (preset == "tiny") {
+    std::optional<ds4::gguf::Reader> weights;
+    if (!weights_path.empty()) {
+      if (!config_file.empty() || vocab_size) ds4::fail("--weights fixes the shape: drop --config/--vocab-size");
+      const std::string bytes = read_text(weights_path);
+      weights.emplace(ds4::gguf::Reader::from_bytes(std::vector<uint8_t>(bytes.begin(), bytes.end()), weights_path));
+      o.config = Config::from_gguf(*weights);
+      o.weights = &*weights;
+      preset = "nano";
+    } else if (preset == "nano") {
+      o.config = Config::nano();
+      if (vocab_size && vocab_size != o.config.n_vocab)
+        ds4::fail("--vocab-size cannot change the nano preset's vocabulary ({})", o.config.n_vocab);
+    } else if (preset == "tiny") {
       const uint32_t v = vocab_size ? vocab_size : (byte ? 512 : 8192);
       o.config = Config::tiny(v);
     } else {

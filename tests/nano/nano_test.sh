@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# ds4-nano end to end (docs/nano.md). usage: nano_test.sh BUILD_DIR SHARED_DIR SOURCE_DIR
+set -u
+build=$1; shared=$2; src=$3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+ok() { pass=$((pass+1)); }
+bad() { fail=$((fail+1)); echo "FAIL: $*"; }
+expect() {  # expect RC PATTERN -- command...
+  local rc=$1 pat=$2; shift 3
+  local out; out=$("$@" 2>&1); local got=$?
+  if [ "$got" -ne "$rc" ]; then bad "$* -> exit $got, expected $rc: ${out:0:400}"; return; fi
+  if ! grep -qE -- "$pat" <<<"$out"; then bad "$* -> output lacks /$pat/: ${out:0:400}"; return; fi
+  ok
+}
+vocab=$src/models/deepseek-v3-tokenizer.json.zst
+
+# The default model (no -m) is ds4-nano q2: full vocabulary, 6 layers.
+out=$("$build/ds4" --inspect -t 1 2>&1)
+grep -q "ds4-nano-q2.gguf" <<<"$out" && grep -q "^layers: 6$" <<<"$out" && grep -q "^vocab: 129280$" <<<"$out" \
+  && ok || bad "default model: $out"
+expect 0 "layers: 6" -- "$build/ds4" -m "$build/models/ds4-nano-q4.gguf" --inspect -t 1
+
+# ds4-server serves ds4-nano without -m: a greedy completion of an Italian prompt is text.
+"$build/ds4-server" --port 0 -t 1 -c 2048 > "$tmp/server.log" 2>&1 &
+srv=$!
+port=""
+for _ in $(seq 1 100); do
+  port=$(grep -oE "listening on http://[0-9.]+:[0-9]+" "$tmp/server.log" | grep -oE "[0-9]+$")
+  [ -n "$port" ] && break; sleep 0.2
+done
+resp=$(/usr/bin/python3 - "$port" <<'PY'
+import sys, urllib.request
+body = b'{"model":"ds4","prompt":"Il giorno dopo, Renzo","max_tokens":8,"temperature":0}'
+req = urllib.request.Request("http://127.0.0.1:%s/v1/completions" % sys.argv[1], data=body,
+                             headers={"content-type": "application/json"})
+print(urllib.request.urlopen(req, timeout=60).read().decode())
+PY
+)
+kill "$srv"; wait "$srv" 2>/dev/null
+grep -q "ds4-nano-q2.gguf" "$tmp/server.log" && grep -q '"completion_tokens":8' <<<"$resp" \
+  && grep -qE '"text":"[^"]+' <<<"$resp" && ok || bad "server default model: $(cat "$tmp/server.log") $resp"
+
+# Held-out perplexity (text never trained on: the last 10% of promessi_sposi.txt, cut at a line
+# boundary, exactly as tools/train/prepare_data.py splits it): engine and reference within 1%.
+/usr/bin/python3 - "$shared/testdata/text/promessi_sposi.txt" "$tmp/heldout.txt" <<'PY'
+import sys
+data = open(sys.argv[1], "rb").read()
+cut = data.find(b"\n", int(len(data) * 0.9)) + 1
+piece = data[cut:cut + 520]
+piece = piece[:piece.rfind(b"\n") + 1]
+open(sys.argv[2], "wb").write(piece)
+PY
+eng=$("$build/ds4" -t 1 --perplexity-file "$tmp/heldout.txt" 2>/dev/null)
+"$build/ds4-tokenize" --vocab "$vocab" -o "$tmp/tok" "$tmp/heldout.txt" 2>/dev/null
+ref=$(cd "$src" && /usr/bin/python3 tools/train/nano_ppl.py --model "$build/models/ds4-nano-q2.gguf" --tokens "$tmp/tok/heldout.u32")
+
+echo "engine:    $eng"; echo "reference: $ref"
+/usr/bin/python3 - "$eng" "$ref" <<'PY' && ok || bad "perplexity engine vs reference: $eng / $ref"
+import sys
+f = lambda s: dict(kv.split("=") for kv in s.split())
+e, r = f(sys.argv[1]), f(sys.argv[2])
+assert e["tokens"] == r["tokens"] and e["scored"] == r["scored"], (e, r)
+assert int(e["scored"]) == int(e["tokens"]) - 32 and int(e["scored"]) > 100, e
+pe, pr = float(e["ppl"]), float(r["ppl"])
+assert abs(pe - pr) / pr < 0.01, (pe, pr)
+assert pe < 1000, pe   # trained: a uniform guess over 129280 tokens would be 129280
+PY
+
+# --perplexity-file: the unscored prefix, the output line, bad input.
+"$build/ds4-tokenize" --vocab "$vocab" -o "$tmp/tok" "$0" 2>/dev/null
+expect 0 "^tokens=[0-9]+ scored=[0-9]+ nll=[0-9.]+ avg_nll=[0-9.]+ ppl=[0-9.]+$" -- "$build/ds4" -t 1 --perplexity-file "$0" -c 4096
+printf 'a b' > "$tmp/short.txt"
+expect 1 "more than 32 tokens" -- "$build/ds4" -t 1 --perplexity-file "$tmp/short.txt"
+expect 2 "does not use -p/--prompt-file" -- "$build/ds4" --perplexity-file "$tmp/short.txt" -p hi
+expect 1 "missing.txt" -- "$build/ds4" -t 1 --perplexity-file "$tmp/missing.txt"
+printf 'caf\xe9 \xff\n' > "$tmp/bad_utf8.txt"
+expect 1 "not valid UTF-8" -- "$build/ds4" -t 1 --perplexity-file "$tmp/bad_utf8.txt"
+expect 1 "context is 64 tokens" -- "$build/ds4" -t 1 --perplexity-file "$tmp/heldout.txt" -c 64
+
+# ds4-make-model --weights: taking every tensor of the tiny f32 model reproduces it byte for byte.
+"$build/ds4-make-model" --weights "$build/models/ds4-tiny-f32.gguf" --recipe f32 --vocab "$vocab" \
+  --name ds4-tiny-f32 -q -o "$tmp/again.gguf" && cmp -s "$tmp/again.gguf" "$build/models/ds4-tiny-f32.gguf" \
+  && ok || bad "make-model --weights round trip differs"
+expect 1 "fixes the shape" -- "$build/ds4-make-model" --weights "$build/models/ds4-tiny-f32.gguf" \
+  --config "$0" -o "$tmp/x.gguf"
+(cd "$src" && /usr/bin/python3 - "$tmp/bad_weights.gguf" <<'PY'
+import sys
+import numpy as np
+from tools.reference.gguf import GGUFWriter
+from tools.reference.tinymodel import TINY_SHAPE, tiny_metadata
+w = GGUFWriter()
+for k, v, t in tiny_metadata(dict(TINY_SHAPE, n_vocab=8192)):
+    w.add_kv(k, v, t)
+w.add_tensor("token_embd.weight", np.zeros((8192, 128), np.float32), "F32")   # wrong shape
+w.add_tensor("bogus.weight", np.zeros(32, np.float32), "F32")
+w.write(sys.argv[1])
+PY
+)
+expect 1 "token_embd.weight' has shape \[128, 8192\], the layout needs \[256, 8192\]" -- \
+  "$build/ds4-make-model" --weights "$tmp/bad_weights.gguf" --vocab "$vocab" -o "$tmp/x.gguf"
+expect 1 "missing tensor 'output.weight'" -- "$build/ds4-make-model" --weights "$tmp/bad_weights.gguf" --vocab "$vocab" -o "$tmp/x.gguf"
+expect 1 "'bogus.weight' is not part of the layout" -- "$build/ds4-make-model" --weights "$tmp/bad_weights.gguf" --vocab "$vocab" -o "$tmp/x.gguf"
+
+echo "nano_test: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,70 @@
+// ds4-tokenize: encodes text files with ds4's own tokenizer (byte-level BPE of spec §6, plain
+// text: no specials, no BOS) and writes the token ids as little-endian uint32, one file per
+// input. Used to build the ds4-nano training and held-out token streams (docs/nano.md), so the
+// model is trained on exactly the ids the engine produces at inference time.
+//   ds4-tokenize --vocab models/deepseek-v3-tokenizer.json.zst a.txt b.txt -o out/
+#include <CLI/CLI.hpp>
+#include <zstd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+#include "tokenizer/hf_tokenizer_json.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+/// Whole file; `.zst` files are decompressed (one frame with a known size, at most 1 GiB).
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) ds4::fail("{}: cannot open", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string data = ss.str();
+  if (!path.ends_with(".zst")) return data;
+  const auto size = ZSTD_getFrameContentSize(data.data(), data.size());
+  if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (1u << 30))
+    ds4::fail("{}: not a zstd file with a known size", path);
+  std::string out(size, '\0');
+  const size_t got = ZSTD_decompress(out.data(), out.size(), data.data(), data.size());
+  if (ZSTD_isError(got) || got != size) ds4::fail("{}: zstd decompression failed", path);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tokenizes text files with ds4's tokenizer into little-endian uint32 id files.",
+               "ds4-tokenize"};
+  std::string vocab_path, out_dir;
+  std::vector<std::string> inputs;
+  app.add_option("--vocab", vocab_path, "tokenizer.json (optionally .zst) of DeepSeek V3/V4")->required();
+  app.add_option("-o,--output-dir", out_dir, "Folder for <input stem>.u32 files")->required();
+  app.add_option("inputs", inputs, "UTF-8 text files")->required()->check(CLI::ExistingFile);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    ds4::tok::Tokenizer tok(ds4::tok::vocab_from_hf_tokenizer_json(read_file(vocab_path), {}, vocab_path));
+    std::filesystem::create_directories(out_dir);
+    for (const auto& in : inputs) {
+      const std::vector<int32_t> ids = tok.encode_plain(read_file(in));
+      const auto out = std::filesystem::path(out_dir) / (std::filesystem::path(in).stem().string() + ".u32");
+      std::ofstream f(out, std::ios::binary);
+      if (!f) ds4::fail("{}: cannot create", out.string());
+      for (int32_t id : ids) {
+        const uint32_t v = static_cast<uint32_t>(id);
+        const unsigned char b[4] = {static_cast<unsigned char>(v), static_cast<unsigned char>(v >> 8),
+                                    static_cast<unsigned char>(v >> 16), static_cast<unsigned char>(v >> 24)};
+        f.write(reinterpret_cast<const char*>(b), 4);
+      }
+      if (!f) ds4::fail("{}: write failed", out.string());
+      std::fprintf(stderr, "ds4-tokenize: %s: %zu tokens\n", out.string().c_str(), ids.size());
+    }
+  } catch (const ds4::Error& e) {
+    std::fprintf(stderr, "ds4-tokenize: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
