@@ -95,24 +95,53 @@ int64_t Session::sync(std::span<const int32_t> prompt, int64_t chunk, const Prog
     ++common;
   // Always re-evaluate at least one token so the logits belong to the prompt's last token.
   if (common == prompt.size() && common > 0) --common;
-  if (common < tokens_.size()) rewind(static_cast<int64_t>(common), chunk);
-  prefill(prompt.subspan(common), chunk, progress);
-  return static_cast<int64_t>(common);
+  int64_t kept = static_cast<int64_t>(common);
+  if (common < tokens_.size()) kept = rewind(static_cast<int64_t>(common), chunk);
+  const size_t n = prompt.size();
+  if (checkpointing_ && n >= 2 && tokens_.size() <= n - 1 &&
+      checkpoint_tokens_ != static_cast<int64_t>(n - 1)) {
+    if (tokens_.size() < n - 1)
+      prefill(prompt.subspan(tokens_.size(), n - 1 - tokens_.size()), chunk, progress);
+    if (!checkpoint_) checkpoint_ = std::make_unique<model::KvState>(config_, ctx_);
+    backend_->export_state(*checkpoint_);
+    checkpoint_tokens_ = static_cast<int64_t>(tokens_.size());
+  }
+  prefill(prompt.subspan(tokens_.size()), chunk, progress);
+  return kept;
 }
 
-void Session::rewind(int64_t n, int64_t chunk) {
+int64_t Session::rewind(int64_t n, int64_t chunk) {
   if (n < 0 || n > static_cast<int64_t>(tokens_.size()))
     fail("cannot rewind a session of {} tokens to {}", tokens_.size(), n);
-  if (n == static_cast<int64_t>(tokens_.size())) return;
-  std::vector<int32_t> keep(tokens_.begin(), tokens_.begin() + n);
-  reset();
+  if (n == static_cast<int64_t>(tokens_.size())) return n;
+  // Invariant: the checkpoint's tokens are a prefix of tokens_ (tokens_ only grows between
+  // checkpoints; reset and load drop the checkpoint).
+  const int64_t from = checkpoint_ && checkpoint_tokens_ <= n ? checkpoint_tokens_ : 0;
+  std::vector<int32_t> keep(tokens_.begin() + from, tokens_.begin() + n);
+  if (from > 0) {
+    backend_->import_state(*checkpoint_);
+    tokens_.resize(static_cast<size_t>(from));
+    have_logits_ = false;
+  } else {
+    reset();
+  }
   prefill(keep, chunk);
+  return from;
 }
 
 void Session::reset() {
   backend_->reset();
   tokens_.clear();
   have_logits_ = false;
+  checkpoint_tokens_ = 0;
+}
+
+void Session::set_checkpointing(bool on) {
+  checkpointing_ = on;
+  if (!on) {
+    checkpoint_.reset();
+    checkpoint_tokens_ = 0;
+  }
 }
 
 std::span<const float> Session::logits() const {
@@ -228,6 +257,7 @@ void Session::load(std::span<const uint8_t> payload) {
   if (r.left() != 0) fail("session payload has {} unexpected trailing bytes", r.left());
   backend_->import_state(kv);
   tokens_ = std::move(tokens);
+  checkpoint_tokens_ = 0;
   logits_ = std::move(logits);
   have_logits_ = N > 0;
 }

@@ -11,6 +11,7 @@
 
 #include "engine/backend.h"
 #include "model/config.h"
+#include "model/kv_state.h"
 
 namespace ds4 {
 
@@ -34,12 +35,26 @@ class Session {
   /// Appends one token (decode step).
   void decode(int32_t token) { prefill(std::span<const int32_t>(&token, 1)); }
   /// Makes the session hold exactly `prompt`, reusing the longest common token prefix (at least
-  /// one token is always re-evaluated so the logits are fresh). Returns the reused length.
+  /// one token is always re-evaluated so the logits are fresh). Returns how many leading tokens
+  /// were kept without being evaluated again: the common prefix when the session only grows,
+  /// the rewind checkpoint's length when it had to drop tokens and a checkpoint covered the
+  /// prefix, else 0. With checkpointing on, the state before the prompt's last token becomes
+  /// the new rewind checkpoint.
   int64_t sync(std::span<const int32_t> prompt, int64_t chunk = 0, const ProgressFn& progress = {});
-  /// Truncates to the first n tokens (re-evaluates from the start: exact, not fast).
-  void rewind(int64_t n, int64_t chunk = 0);
-  /// Forgets everything.
+  /// Truncates to the first n tokens: restores the rewind checkpoint when it lies within them
+  /// and evaluates the rest, else re-evaluates from the start (exact either way). Returns the
+  /// tokens kept without evaluation (as sync). The logits are empty when nothing was evaluated.
+  int64_t rewind(int64_t n, int64_t chunk = 0);
+  /// Forgets everything (the checkpoint too).
   void reset();
+  /// Turns the rewind checkpoint on or off (off by default). A checkpoint is a host copy of
+  /// the backend state (BackendSession::export_state, about KvState::estimate bytes), taken by
+  /// sync() one token before the end of each prompt, so a next request that drops generated
+  /// tokens (a chat follow-up that re-renders the answer differently) resumes from the prompt
+  /// instead of from token 0. Used by ds4-server's live session.
+  void set_checkpointing(bool on);
+  /// Tokens covered by the rewind checkpoint (0 when there is none).
+  int64_t checkpoint_tokens() const { return checkpoint_ ? checkpoint_tokens_ : 0; }
 
   /// Logits for the next token (n_vocab f32); empty before the first token.
   std::span<const float> logits() const;
@@ -61,6 +76,9 @@ class Session {
   std::vector<int32_t> tokens_;
   std::vector<float> logits_;
   bool have_logits_ = false;
+  bool checkpointing_ = false;
+  std::unique_ptr<model::KvState> checkpoint_;  // state after tokens_[0, checkpoint_tokens_)
+  int64_t checkpoint_tokens_ = 0;
 };
 
 }  // namespace ds4

@@ -23,6 +23,7 @@ ModelGenerator::ModelGenerator(Engine& engine, int64_t ctx, int64_t prefill_chun
       tools_(tools),
       continued_step_(continued_save_step(placement.continued_tokens, placement.align_tokens)),
       decoder_(engine.tokenizer()) {
+  session_.set_checkpointing(true);  // follow-ups that re-render the answer resume at the prompt
   const auto eos = engine.tokenizer().find_token(tok::kEosToken);
   if (!eos) fail("the model's vocabulary has no end-of-sentence token {}", tok::kEosToken);
   eos_ = *eos;
@@ -51,7 +52,8 @@ void ModelGenerator::save_live(SaveReason reason) {
     last_saved_ = static_cast<int64_t>(live.size());
 }
 
-void ModelGenerator::sync_with_saves(std::span<const int32_t> tokens, const ProgressFn& progress) {
+int64_t ModelGenerator::sync_with_saves(std::span<const int32_t> tokens, const ProgressFn& progress) {
+  std::optional<int64_t> kept;
   if (cache_ && continued_step_ > 0) {
     const int64_t min = cache_->options().min_tokens;
     const auto n = static_cast<int64_t>(tokens.size());
@@ -60,11 +62,13 @@ void ModelGenerator::sync_with_saves(std::span<const int32_t> tokens, const Prog
     while (common < static_cast<int64_t>(live.size()) && common < n && live[common] == tokens[common]) ++common;
     for (int64_t at = (common / continued_step_ + 1) * continued_step_; at < n; at += continued_step_) {
       if (at < min || at <= last_saved_) continue;
-      session_.sync(tokens.subspan(0, static_cast<size_t>(at)), chunk_, progress);
+      const int64_t k = session_.sync(tokens.subspan(0, static_cast<size_t>(at)), chunk_, progress);
+      if (!kept) kept = k;
       save_live(SaveReason::continued);
     }
   }
-  session_.sync(tokens, chunk_, progress);
+  const int64_t k = session_.sync(tokens, chunk_, progress);
+  return kept ? *kept : k;
 }
 
 void ModelGenerator::checkpoint() {
@@ -140,15 +144,13 @@ Prepared ModelGenerator::prepare(std::span<const int32_t> prompt, std::string_vi
       }
     }
   }
-  // Session::sync re-evaluates from the start when it has to drop live tokens (no truncation in
-  // the backend), so only an extension of the live tokens is a real reuse.
-  const size_t live_before = session_.tokens().size();
+  // Session::sync reports what it really kept: the common prefix when the live tokens only
+  // grow, the rewind checkpoint (end of the last prompt) when generated tokens are dropped.
   const size_t common = common_with_live(effective);
   if (static_cast<int64_t>(common) < last_saved_) last_saved_ = static_cast<int64_t>(common);
-  const int64_t synced = static_cast<int64_t>(std::min(common, effective.size() - 1));
-  sync_with_saves(effective, progress);
+  const int64_t kept = sync_with_saves(effective, progress);
   out.prompt_tokens = static_cast<int64_t>(effective.size());
-  out.reused = !cold && common >= live_before && common < effective.size() ? synced : 0;
+  out.reused = cold ? 0 : kept;
   return out;
 }
 

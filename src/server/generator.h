@@ -111,7 +111,9 @@ class ModelGenerator final : public Generator {
  private:
   void save_live(SaveReason reason);
   /// Prefills `tokens` (extending the live ones), stopping at each continued-save boundary.
-  void sync_with_saves(std::span<const int32_t> tokens, const ProgressFn& progress);
+  /// Session::sync with continued saves on the way; returns the tokens kept without evaluation
+  /// (the first sync's answer: the later ones only extend).
+  int64_t sync_with_saves(std::span<const int32_t> tokens, const ProgressFn& progress);
 
   Engine& engine_;
   Session session_;

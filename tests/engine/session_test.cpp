@@ -92,16 +92,60 @@ TEST_P(SessionTest, SyncReusesCommonPrefixAndRewindIsExact) {
   Session s(cfg, engine_->backend(), 512);
   EXPECT_EQ(s.sync(prompt), 0);
   const std::vector<float> full(s.logits().begin(), s.logits().end());
-  // Same prompt again: everything but the last token is reused and the logits are unchanged.
-  EXPECT_EQ(s.sync(prompt), 199);
+  // Same prompt again: the last token must be evaluated again, and without a rewind
+  // checkpoint dropping it means starting over (see RewindCheckpointResumesAtThePrompt).
+  EXPECT_EQ(s.sync(prompt), 0);
   EXPECT_EQ(max_rel_diff(s.logits(), full), 0.0);
-  // A prompt that diverges at 150 reuses 150 tokens and equals a fresh run.
+  // A prompt that diverges at 150 must drop live tokens: without a checkpoint the session
+  // re-evaluates from token 0 (nothing kept) and equals a fresh run.
   auto other = prompt;
   other[150] = (other[150] + 1) % static_cast<int32_t>(cfg.n_vocab);
-  EXPECT_EQ(s.sync(other), 150);
+  EXPECT_EQ(s.sync(other), 0);
   Session fresh(cfg, engine_->backend(), 512);
   fresh.prefill(other);
   EXPECT_EQ(max_rel_diff(s.logits(), fresh.logits()), 0.0);
+}
+
+// A chat follow-up: prompt, generated answer, then a prompt that keeps the first prompt but
+// re-renders the answer differently. With checkpointing the session resumes from the state
+// before the first prompt's last token instead of from 0, with bit-identical logits.
+TEST_P(SessionTest, RewindCheckpointResumesAtThePrompt) {
+  const auto& cfg = engine_->config();
+  const auto all = prompt_tokens(400, cfg.n_vocab);
+  const std::vector<int32_t> prompt(all.begin(), all.begin() + 200);
+  Session s(cfg, engine_->backend(), 512);
+  s.set_checkpointing(true);
+  EXPECT_EQ(s.sync(prompt), 0);
+  EXPECT_EQ(s.checkpoint_tokens(), 199);
+  for (int i = 200; i < 230; ++i) s.decode(all[i]);  // "generated" tokens
+  // Next prompt: the first one plus a differently rendered answer and a new user turn.
+  std::vector<int32_t> next = prompt;
+  next.insert(next.end(), all.begin() + 300, all.begin() + 360);
+  EXPECT_EQ(s.sync(next), 199);
+  EXPECT_EQ(s.checkpoint_tokens(), 259);
+  Session fresh(cfg, engine_->backend(), 512);
+  fresh.prefill(next);
+  EXPECT_EQ(max_rel_diff(s.logits(), fresh.logits()), 0.0);
+  // The identical prompt again keeps everything but the last token (the new checkpoint).
+  s.decode(all[390]);
+  EXPECT_EQ(s.sync(next), 259);
+  EXPECT_EQ(max_rel_diff(s.logits(), fresh.logits()), 0.0);
+  // Diverging before the checkpoint: back to token 0, still exact; the checkpoint moves.
+  std::vector<int32_t> early(next.begin(), next.begin() + 100);
+  early.push_back(all[399]);
+  EXPECT_EQ(s.sync(early), 0);
+  EXPECT_EQ(s.checkpoint_tokens(), 100);
+  Session fresh2(cfg, engine_->backend(), 512);
+  fresh2.prefill(early);
+  EXPECT_EQ(max_rel_diff(s.logits(), fresh2.logits()), 0.0);
+  // Restoring a snapshot drops the checkpoint (its tokens may not be a prefix any more).
+  const auto payload = fresh.save();
+  s.load(payload);
+  EXPECT_EQ(s.checkpoint_tokens(), 0);
+  // Without checkpointing nothing is kept when tokens must be dropped.
+  s.set_checkpointing(false);
+  EXPECT_EQ(s.sync(prompt), 0);
+  EXPECT_EQ(s.checkpoint_tokens(), 0);
 }
 
 TEST_P(SessionTest, RejectsBadInput) {
