@@ -12,6 +12,7 @@
 #include "cli/repl.h"
 #include "common/error.h"
 #include "engine/engine.h"
+#include "engine/gpu_plan.h"
 #include "model/kv_state.h"
 #include "tokenizer/utf8.h"
 
@@ -72,7 +73,11 @@ int run(const ds4::cli::Options& o) {
     return 0;
   }
 
-  auto engine = ds4::Engine::open({.model_path = model, .backend = o.backend, .threads = o.threads});
+  if (o.cuda_tensor_parallel && ds4::parse_gpu_devices(o.gpu_devices.empty() ? "0" : o.gpu_devices).size() < 2)
+    ds4::fail("--cuda-tensor-parallel needs --gpu-devices with at least two devices");
+  auto engine = ds4::Engine::open({.model_path = model, .backend = o.backend, .threads = o.threads,
+                                   .gpu_devices = o.gpu_devices, .gpu_vram = o.gpu_vram,
+                                   .plan_ctx = o.ctx});
   const auto& cfg = engine->config();
   const auto est = ds4::model::KvState::estimate(cfg, o.ctx);
   std::fprintf(stderr, "ds4: %s (%s, %u layers, vocab %u), backend %s\n", model.c_str(),

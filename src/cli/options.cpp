@@ -48,6 +48,14 @@ Options parse_options(int argc, char** argv) {
   cpu->excludes(cuda);
   app.add_option("--backend", o.backend, "Backend: auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--gpu-devices", o.gpu_devices,
+                 "CUDA devices to use, e.g. 0,1 (several: routed experts split across them)");
+  app.add_option("--gpu-vram", o.gpu_vram,
+                 "GPU memory budget per device in GiB (N[,N...]) or auto; the plan is printed and "
+                 "refused when the model does not fit; 0 = do not use CUDA");
+  app.add_flag("--cuda-tensor-parallel", o.cuda_tensor_parallel,
+               "Split the model over --gpu-devices (expert parallel: experts split, attention "
+               "replicated); implied by listing several devices");
   app.add_flag("--dump-tokens", o.dump_tokens, "Print the prompt's token ids and pieces, then exit");
   app.add_option("--dump-logprobs", o.dump_logprobs,
                  "Greedy continuation with top-k alternatives, written as JSON to FILE");

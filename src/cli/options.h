@@ -24,6 +24,9 @@ struct Options {
   ThinkFlag think = ThinkFlag::think;
   int threads = 0;                   ///< 0 = all cores (or DS4_THREADS)
   std::string backend = "auto";      ///< auto | cpu | cuda
+  std::string gpu_devices;           ///< --gpu-devices LIST (ds4::parse_gpu_devices)
+  std::string gpu_vram;              ///< --gpu-vram auto|GiB[,GiB...] (ds4::parse_gpu_vram)
+  bool cuda_tensor_parallel = false; ///< --cuda-tensor-parallel (implied by several devices)
   bool dump_tokens = false;
   std::optional<std::string> dump_logprobs;
   int logprobs_top_k = 20;

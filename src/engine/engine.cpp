@@ -1,8 +1,14 @@
 #include "engine/engine.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+
 #include "backend/cpu/cpu_backend.h"
+#include "engine/gpu_plan.h"
 #ifdef DS4_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/expert_parallel.h"
 #endif
 #include "common/error.h"
 #include "model/layout.h"
@@ -27,6 +33,49 @@ std::unique_ptr<tok::Tokenizer> Engine::open_tokenizer(const std::string& path) 
   return tokenizer_from_gguf(gguf::Reader::open(path));
 }
 
+#ifdef DS4_HAVE_CUDA
+namespace {
+
+/// The CUDA backend for `devices`: one device without a plan when nothing asks for one; else
+/// the plan (budgets given or each device's free memory less 1 GiB), printed, then one device
+/// or expert parallelism over the devices the plan uses.
+std::unique_ptr<Backend> open_cuda(const Engine& e, const EngineOptions& o, const std::vector<int>& devices,
+                                   const std::optional<std::vector<uint64_t>>& budgets) {
+  if (devices.size() == 1 && o.gpu_vram.empty())
+    return cuda::make_cuda_backend(e.config(), e.weights(), {.device = devices[0]});
+  std::vector<uint64_t> room;
+  if (budgets) {
+    room = *budgets;
+  } else {
+    constexpr uint64_t kHeadroom = uint64_t{1} << 30;  // CUDA context, graphs, allocator slack
+    for (int d : devices) {
+      const uint64_t free_b = cuda::device_memory(d).first;
+      room.push_back(free_b > kHeadroom ? free_b - kHeadroom : 0);
+    }
+  }
+  const auto type_of = [&](const model::TensorSpec& s) {
+    const gguf::TensorInfo* t = e.reader().find_tensor(s.name);
+    return t ? t->type() : GgmlType::F32;  // an absent optional tensor counts as f32
+  };
+  const ModelFootprint fp = model_footprint(e.config(), type_of, std::max<int64_t>(o.plan_ctx, 1));
+  const uint64_t scratch = uint64_t{256} << 20;
+  const GpuPlan plan = plan_gpus(fp, devices, room,
+                                 devices.size() > 1 ? GpuPlanMode::expert_parallel : GpuPlanMode::layers, scratch);
+  std::fputs(plan.describe().c_str(), stderr);
+  std::vector<int> used;
+  std::vector<std::pair<uint32_t, uint32_t>> ranges;
+  for (const DevicePlacement& d : plan.devices) {
+    if (!d.used()) continue;
+    used.push_back(d.device);
+    ranges.emplace_back(d.expert_begin, d.expert_end);
+  }
+  if (used.size() == 1) return cuda::make_cuda_backend(e.config(), e.weights(), {.device = used[0]});
+  return cuda::make_expert_parallel_backend(e.config(), e.weights(), used, ranges);
+}
+
+}  // namespace
+#endif
+
 std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   std::unique_ptr<Engine> e(new Engine(gguf::Reader::open(o.model_path)));
   e->config_ = model::Config::from_gguf(e->reader_);
@@ -38,13 +87,20 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   e->weights_ = model::bind_weights(e->config_, e->reader_);
   if (o.backend != "auto" && o.backend != "cpu" && o.backend != "cuda")
     fail("unknown backend '{}' (expected auto, cpu or cuda)", o.backend);
+  const std::vector<int> devices =
+      o.gpu_devices.empty() ? std::vector<int>{0} : parse_gpu_devices(o.gpu_devices);
+  const auto budgets = o.gpu_vram.empty() ? std::nullopt : parse_gpu_vram(o.gpu_vram);
+  const bool no_gpu = budgets && std::all_of(budgets->begin(), budgets->end(), [](uint64_t b) { return b == 0; });
+  if (no_gpu && o.backend == "cuda") fail("--gpu-vram 0 leaves no GPU memory for --cuda");
 #ifdef DS4_HAVE_CUDA
   // --cuda requires a device (make_cuda_backend says why not); auto takes one when present.
-  if (o.backend == "cuda" || (o.backend == "auto" && cuda::device_count() > 0)) {
-    e->backend_ = cuda::make_cuda_backend(e->config_, e->weights_);
+  if (!no_gpu && (o.backend == "cuda" || (o.backend == "auto" && cuda::device_count() > 0))) {
+    e->backend_ = open_cuda(*e, o, devices, budgets);
     return e;
   }
 #else
+  if (o.gpu_devices.size() > 0 && o.backend != "cpu" && !no_gpu && o.gpu_devices != "0")
+    fail("--gpu-devices: this build has no CUDA backend (built without nvcc)");
   if (o.backend == "cuda") fail("--cuda: this build has no CUDA backend (built without nvcc); use --cpu");
 #endif
   e->backend_ = cpu::make_cpu_backend(e->config_, e->weights_, o.threads);

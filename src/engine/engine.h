@@ -17,13 +17,20 @@ struct EngineOptions {
   std::string model_path;
   std::string backend = "auto";  ///< auto | cpu | cuda
   int threads = 0;               ///< CPU threads; 0 = all cores
+  std::string gpu_devices = {};  ///< --gpu-devices "0,1" (empty: device 0); see gpu_plan.h
+  std::string gpu_vram = {};     ///< --gpu-vram "auto" or GiB per device (empty: no plan check;
+                                 ///< all 0: no CUDA, the CPU backend)
+  int64_t plan_ctx = 4096;       ///< context (tokens) the GPU memory plan reserves KV for
 };
 
 class Engine {
  public:
-  /// Maps and validates the model and creates the backend. Throws ds4::Error with the file
-  /// name and every problem found (bad GGUF, wrong metadata, missing/misshapen tensors, no
-  /// vocabulary, an unavailable backend).
+  /// Maps and validates the model and creates the backend. With several --gpu-devices (or a
+  /// --gpu-vram budget) the GPU placement is planned first (ds4::plan_gpus: expert parallel
+  /// over several devices, one device otherwise), printed to stderr ("GPU config: ..."), and
+  /// refused when it does not fit. Throws ds4::Error with the file name and every problem found
+  /// (bad GGUF, wrong metadata, missing/misshapen tensors, no vocabulary, an unavailable
+  /// backend, a bad --gpu-devices/--gpu-vram value, a plan that does not fit).
   static std::unique_ptr<Engine> open(const EngineOptions& options);
 
   /// Reads only the vocabulary of a GGUF (for --dump-tokens, which never loads weights).

@@ -29,11 +29,6 @@ std::vector<std::string_view> split_commas(std::string_view text, std::string_vi
   }
 }
 
-bool tensor_parallel_split(const model::TensorSpec& spec) {
-  if (spec.kind == model::TensorKind::SharedExpert) return true;
-  return spec.name.ends_with(".attn_q_b.weight") || spec.name.ends_with(".attn_output_a.weight");
-}
-
 std::string gib(uint64_t bytes) { return fmt::format("{:.1f} GiB", static_cast<double>(bytes) / kGiB); }
 
 }  // namespace
@@ -92,7 +87,6 @@ ModelFootprint model_footprint(const model::Config& config, const TensorTypeOf& 
       continue;
     }
     l.dense_bytes += bytes;
-    if (tensor_parallel_split(spec)) l.split_bytes += bytes;
   }
   for (uint32_t il = 0; il < config.n_layer; ++il)
     fp.layers[il].kv_bytes = model::KvState::estimate_layer(config, il, ctx).total();
@@ -166,12 +160,12 @@ GpuPlan plan_gpus(const ModelFootprint& fp, const std::vector<int>& devices,
     return plan;
   }
 
-  // Tensor + expert parallelism: the replicated part is the same on every device.
+  // Expert parallelism: the replicated part is the same on every device.
   const uint64_t n = active.size();
   uint64_t replicated = scratch_bytes;
   uint64_t per_expert = 0;  // one expert id across every layer
   for (const LayerFootprint& l : fp.layers) {
-    replicated += l.dense_bytes - l.split_bytes + (l.split_bytes + n - 1) / n + l.kv_bytes;
+    replicated += l.dense_bytes + l.kv_bytes;
     per_expert += l.expert_bytes;
   }
   const uint32_t n_expert = fp.layers[0].n_expert;
@@ -220,7 +214,7 @@ std::string GpuPlan::describe() const {
   size_t used = 0;
   for (const DevicePlacement& d : devices) used += d.used();
   std::string s = fmt::format("GPU config: {} over {} device{}, ctx {}\n",
-                              mode == GpuPlanMode::layers ? "layer split" : "tensor + expert parallel",
+                              mode == GpuPlanMode::layers ? "layer split" : "expert parallel",
                               used, used == 1 ? "" : "s", ctx);
   for (const DevicePlacement& d : devices) {
     if (!d.used()) {

@@ -1,7 +1,7 @@
 // Placement of the model over one or more GPUs from per-device memory budgets (ds4's
 // --gpu-devices / --gpu-vram / --cuda-tensor-parallel, product-surface.md "Runtime"): how many
 // bytes each layer needs (weights from the tensor layout of spec §2.2, KV state of §4.1), and
-// which device holds which layers (pipeline split) or which expert range (expert + tensor
+// which device holds which layers (pipeline split) or which expert range (expert
 // parallelism). Pure host arithmetic, so every rule is testable without a GPU.
 #pragma once
 
@@ -32,8 +32,6 @@ std::optional<std::vector<uint64_t>> parse_gpu_vram(std::string_view text);
 /// Device bytes one layer needs (spec §2.2 tensors of block il, §4.1 state of block il).
 struct LayerFootprint {
   uint64_t dense_bytes = 0;   ///< every weight of the layer except the routed experts
-  uint64_t split_bytes = 0;   ///< the part of dense_bytes that tensor parallelism divides:
-                              ///< attn_q_b (query heads), attn_output_a (head groups), shared expert
   uint64_t expert_bytes = 0;  ///< one routed expert: its rows of gate, up and down
   uint32_t n_expert = 0;      ///< routed experts in the layer
   uint64_t kv_bytes = 0;      ///< KV/compressor/indexer state for the planned ctx
@@ -63,8 +61,9 @@ ModelFootprint model_footprint(const model::Config& config, const TensorTypeOf& 
 /// How the model is spread.
 enum class GpuPlanMode {
   layers,           ///< pipeline: each device holds a contiguous range of whole layers
-  tensor_parallel,  ///< every device runs every layer: attention heads and the shared expert
-                    ///< split evenly, routed experts split into contiguous id ranges
+  expert_parallel,  ///< every device runs every layer with all non-routed weights and the whole
+                    ///< KV; routed experts split into contiguous id ranges (what
+                    ///< cuda::make_expert_parallel_backend runs)
 };
 
 /// What one device holds.
@@ -90,9 +89,9 @@ struct GpuPlan {
 /// Places `fp` on `devices` with `budgets` (bytes, same length; 0 = leave the device unused),
 /// reserving `scratch_bytes` on every used device for activations and workspaces.
 /// layers mode: contiguous layer ranges sized in proportion to the budgets, the output head on
-/// the device of the last layer. tensor_parallel mode: per device the replicated weights
-/// (dense - split + split / n), the whole KV (one shared K = V row serves every head, spec
-/// §3.5), expert ranges in proportion to what each budget has left; the head on the first.
+/// the device of the last layer. expert_parallel mode: per device every non-routed weight and
+/// the whole KV (each rank runs attention itself), expert ranges in proportion to what each
+/// budget has left after that; the output head on the first.
 /// Throws ds4::Error when the lists differ in length or are empty, when every budget is 0, or
 /// when the model does not fit: "model needs 81.2 GiB for ctx 32768 but cuda:1 can hold only
 /// ..." naming the device and the shortfall.

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "engine/engine.h"
+#include "engine/gpu_plan.h"
 #include "server/core.h"
 #include "server/generator.h"
 #include "server/http_server.h"
@@ -21,6 +22,8 @@ namespace {
 struct Flags {
   std::string model = DS4_DEFAULT_MODEL;
   std::string backend = "auto";
+  std::string gpu_devices, gpu_vram;
+  bool cuda_tensor_parallel = false;
   int threads = 0;
   int64_t ctx = 32768;
   int64_t tokens = 393216;
@@ -48,6 +51,10 @@ Flags parse(int argc, char** argv) {
   app.add_option("-n,--tokens", f.tokens, "Default max_tokens when a request gives none")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("-t,--threads", f.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
+  app.add_option("--gpu-devices", f.gpu_devices, "CUDA devices, e.g. 0,1 (several: experts split across them)");
+  app.add_option("--gpu-vram", f.gpu_vram, "GPU memory budget per device in GiB (N[,N...]) or auto; 0 = no CUDA");
+  app.add_flag("--cuda-tensor-parallel", f.cuda_tensor_parallel,
+               "Split the model over --gpu-devices (expert parallel); implied by several devices");
   auto* cpu = app.add_flag_callback("--cpu", [&] { f.backend = "cpu"; }, "Use the CPU backend");
   auto* cuda = app.add_flag_callback("--cuda", [&] { f.backend = "cuda"; }, "Use the CUDA backend");
   cpu->excludes(cuda);
@@ -105,7 +112,11 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   try {
-    auto engine = ds4::Engine::open({.model_path = f.model, .backend = f.backend, .threads = f.threads});
+    if (f.cuda_tensor_parallel && ds4::parse_gpu_devices(f.gpu_devices.empty() ? "0" : f.gpu_devices).size() < 2)
+      ds4::fail("--cuda-tensor-parallel needs --gpu-devices with at least two devices");
+    auto engine = ds4::Engine::open({.model_path = f.model, .backend = f.backend, .threads = f.threads,
+                                     .gpu_devices = f.gpu_devices, .gpu_vram = f.gpu_vram,
+                                     .plan_ctx = f.ctx});
     std::unique_ptr<ds4::server::KvDiskCache> cache;
     if (!f.kv_disk_dir.empty()) {
       // Routed-expert quantization recorded in each snapshot: 2-bit formats vs everything else.

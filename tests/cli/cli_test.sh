@@ -35,6 +35,13 @@ expect 1 "not valid UTF-8" -- "$ds4" -m "$model" --prompt-file "$tmp/bad_utf8.tx
 head -c 20000 "$shared/testdata/text/promessi_sposi.txt" > "$tmp/long.txt"
 expect 1 "context size is 256 tokens" -- "$ds4" -m "$model" --prompt-file "$tmp/long.txt" -c 256 -n 2
 expect 1 "needs -p" -- "$ds4" -m "$model" --dump-tokens
+# GPU placement flags: bad values are clear errors on any machine; --gpu-vram 0 means no CUDA.
+expect 1 "--gpu-devices \"x\": \"x\" is not a CUDA device ordinal" -- "$ds4" -m "$model" -p hi -n 1 --gpu-devices x
+expect 1 "device 1 is listed twice" -- "$ds4" -m "$model" -p hi -n 1 --gpu-devices 1,1
+expect 1 "--gpu-vram \"abc\"" -- "$ds4" -m "$model" -p hi -n 1 --gpu-vram abc
+expect 1 "needs --gpu-devices with at least two" -- "$ds4" -m "$model" -p hi -n 1 --cuda-tensor-parallel
+expect 1 "leaves no GPU memory" -- "$ds4" -m "$model" -p hi -n 1 --cuda --gpu-vram 0
+expect 0 "backend cpu" -- "$ds4" -m "$model" -p hi -n 1 --gpu-vram 0 -t 1
 
 # --dump-tokens: specials are single ids and the pieces decode back to the text.
 out=$("$ds4" -m "$model" --dump-tokens -p $'<｜User｜>Ciao, mondo!<｜Assistant｜>' 2>&1)

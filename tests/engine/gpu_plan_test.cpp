@@ -68,11 +68,6 @@ TEST(GpuPlanFootprint, MatchesGeneratedFileAndKvEstimate) {
                           reader.tensor("blk.3.ffn_up_exps.weight").n_bytes +
                           reader.tensor("blk.3.ffn_down_exps.weight").n_bytes;
   EXPECT_EQ(uint64_t{l3.n_expert} * l3.expert_bytes, routed);
-  EXPECT_EQ(l3.split_bytes, reader.tensor("blk.3.attn_q_b.weight").n_bytes +
-                                reader.tensor("blk.3.attn_output_a.weight").n_bytes +
-                                reader.tensor("blk.3.ffn_gate_shexp.weight").n_bytes +
-                                reader.tensor("blk.3.ffn_up_shexp.weight").n_bytes +
-                                reader.tensor("blk.3.ffn_down_shexp.weight").n_bytes);
   EXPECT_THAT(error_of([&] { model_footprint(c, type_of, 0); }), HasSubstr("at least 1 token"));
 }
 
@@ -93,19 +88,18 @@ TEST(GpuPlanFootprint, FlashRecipesMatchPublishedSizes) {
 }
 
 /// n equal layers of `layer` bytes (4 experts of `expert` bytes each inside), head `head`.
-ModelFootprint uniform(uint32_t n, uint64_t dense, uint64_t split, uint64_t expert, uint64_t kv,
-                       uint64_t head) {
+ModelFootprint uniform(uint32_t n, uint64_t dense, uint64_t expert, uint64_t kv, uint64_t head) {
   ModelFootprint fp;
   fp.ctx = 4096;
   fp.head_bytes = head;
-  fp.layers.assign(n, LayerFootprint{.dense_bytes = dense, .split_bytes = split,
-                                      .expert_bytes = expert, .n_expert = 4, .kv_bytes = kv});
+  fp.layers.assign(n, LayerFootprint{.dense_bytes = dense, .expert_bytes = expert, .n_expert = 4,
+                                      .kv_bytes = kv});
   return fp;
 }
 
 TEST(GpuPlanLayers, SplitsInProportionToBudgets) {
   // 8 layers of 10 bytes (2 dense + 4 x 2 experts), head 4 -> 84 bytes.
-  const ModelFootprint fp = uniform(8, 2, 0, 2, 0, 4);
+  const ModelFootprint fp = uniform(8, 2, 2, 0, 4);
   GpuPlan p = plan_gpus(fp, {0, 1}, {100, 100}, GpuPlanMode::layers, 0);
   EXPECT_EQ(p.devices[0].layer_begin, 0u);
   EXPECT_EQ(p.devices[0].layer_end, 4u);
@@ -135,7 +129,7 @@ TEST(GpuPlanLayers, SplitsInProportionToBudgets) {
 }
 
 TEST(GpuPlanLayers, RefusesWhatDoesNotFit) {
-  const ModelFootprint fp = uniform(8, 2, 0, 2, 0, 4);
+  const ModelFootprint fp = uniform(8, 2, 2, 0, 4);
   EXPECT_THAT(error_of([&] { plan_gpus(fp, {0, 1}, {40, 40}, GpuPlanMode::layers, 0); }),
               HasSubstr("the model does not fit: cuda:1 needs"));
   EXPECT_THAT(error_of([&] { plan_gpus(fp, {0, 1}, {0, 0}, GpuPlanMode::layers, 0); }),
@@ -146,28 +140,29 @@ TEST(GpuPlanLayers, RefusesWhatDoesNotFit) {
               HasSubstr("no CUDA device"));
 }
 
-TEST(GpuPlanTensorParallel, ReplicatesDenseSplitsExperts) {
-  // 2 layers: dense 10 of which 6 split, 4 experts of 5 bytes, kv 3; head 7; scratch 1.
-  const ModelFootprint fp = uniform(2, 10, 6, 5, 3, 7);
-  GpuPlan p = plan_gpus(fp, {0, 1}, {1000, 1000}, GpuPlanMode::tensor_parallel, 1);
-  // Replicated per device: 1 + 2 * (10 - 6 + 3 + 3) = 21; device 0 also the head (28).
-  // Rooms 972 : 979 -> 4 experts split 2 : 2; one expert id = 2 layers x 5 = 10 bytes.
+TEST(GpuPlanExpertParallel, ReplicatesDenseSplitsExperts) {
+  // 2 layers: dense 4, 4 experts of 5 bytes, kv 3; head 7; scratch 1.
+  const ModelFootprint fp = uniform(2, 4, 5, 3, 7);
+  GpuPlan p = plan_gpus(fp, {0, 1}, {1000, 1000}, GpuPlanMode::expert_parallel, 1);
+  // Replicated per device: 1 + 2 * (4 + 3) = 15; device 0 also the head (22).
+  // Rooms 978 : 985 -> 4 experts split 2 : 2; one expert id = 2 layers x 5 = 10 bytes.
   EXPECT_EQ(p.devices[0].expert_begin, 0u);
   EXPECT_EQ(p.devices[0].expert_end, 2u);
   EXPECT_EQ(p.devices[1].expert_begin, 2u);
   EXPECT_EQ(p.devices[1].expert_end, 4u);
-  EXPECT_EQ(p.devices[0].bytes, 28u + 20u);
-  EXPECT_EQ(p.devices[1].bytes, 21u + 20u);
+  EXPECT_EQ(p.devices[0].bytes, 22u + 20u);
+  EXPECT_EQ(p.devices[1].bytes, 15u + 20u);
   EXPECT_TRUE(p.devices[0].head);
   EXPECT_EQ(p.devices[1].layer_end, 2u);
 
   // Room 3:1 after the replicated part -> experts 3 and 1.
-  p = plan_gpus(fp, {0, 1}, {28 + 60, 21 + 20}, GpuPlanMode::tensor_parallel, 1);
+  p = plan_gpus(fp, {0, 1}, {22 + 60, 15 + 20}, GpuPlanMode::expert_parallel, 1);
   EXPECT_EQ(p.devices[0].expert_end, 3u);
   EXPECT_EQ(p.devices[1].expert_begin, 3u);
-  EXPECT_EQ(p.devices[1].bytes, 31u);
+  EXPECT_EQ(p.devices[1].bytes, 25u);
+  EXPECT_THAT(p.describe(), HasSubstr("GPU config: expert parallel over 2 devices"));
 
-  EXPECT_THAT(error_of([&] { plan_gpus(fp, {0, 1}, {40, 40}, GpuPlanMode::tensor_parallel, 1); }),
+  EXPECT_THAT(error_of([&] { plan_gpus(fp, {0, 1}, {30, 30}, GpuPlanMode::expert_parallel, 1); }),
               HasSubstr("does not fit: cuda:0"));
 }
 

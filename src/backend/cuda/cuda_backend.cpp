@@ -66,7 +66,9 @@ class CudaBackend final : public Backend {
   DeviceWeights dw_;
 };
 
-void require_device(int device) {
+}  // namespace
+
+void prepare_device(int device) {
   const int n = device_count();
   if (n == 0) fail("--cuda: no CUDA device is available (no GPU or no working NVIDIA driver)");
   if (device < 0 || device >= n) fail("--cuda: device {} does not exist ({} device(s) present)", device, n);
@@ -75,8 +77,6 @@ void require_device(int device) {
                            quant::kMxfp4.half_scale))
     fail("CUDA backend: cannot upload the quantization tables to the device");
 }
-
-}  // namespace
 
 int device_count() {
   int n = 0;
@@ -90,12 +90,12 @@ int device_count() {
 std::unique_ptr<Backend> make_cuda_backend(const model::Config& config,
                                            const model::Weights& weights,
                                            const CudaOptions& options) {
-  require_device(options.device);
+  prepare_device(options.device);
   return std::make_unique<CudaBackend>(config, weights, options.device);
 }
 
 std::pair<uint64_t, uint64_t> device_memory(int device) {
-  require_device(device);
+  prepare_device(device);
   size_t free_b = 0, total_b = 0;
   check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
   return {free_b, total_b};
@@ -143,7 +143,7 @@ double time_median(int reps, const std::function<void()>& work) {
 }  // namespace
 
 double copy_bandwidth_gbps(int device, size_t bytes) {
-  require_device(device);
+  prepare_device(device);
   DeviceArray<uint8_t> src(bytes, false), dst(bytes, false);
   check(cudaMemset(src.get(), 0x5a, bytes), "cudaMemset");
   const double s = time_median(5, [&] {

@@ -27,6 +27,10 @@ struct CudaOptions {
 /// Number of usable CUDA devices; 0 when there is no device or no working driver (never throws).
 int device_count();
 
+/// Makes `device` current and uploads the quantization tables the kernels read. Throws
+/// ds4::Error when there is no CUDA device or no such device.
+void prepare_device(int device);
+
 /// Creates the CUDA backend for a loaded model on options.device: uploads every matrix and
 /// vector the forward pass reads, the token embedding included (rows are looked up on the
 /// device, type F32/F16/BF16/Q8_0). The config and weights must outlive the backend. Throws ds4::Error when no CUDA

@@ -40,12 +40,20 @@ class StreamGuard {
 
 }  // namespace
 
-CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx)
+CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx,
+                         const ExpertShard* shard)
     : c_(c), dw_(dw), ctx_(ctx) {
   if (ctx < 1) fail("context size {} must be at least 1 token", ctx);
   n_pair_ = static_cast<int>(c.n_rot / 2);
   const char* g = std::getenv("DS4_CUDA_GRAPH");
   use_graphs_ = !(g && std::strcmp(g, "0") == 0);
+  if (shard) {
+    if (!shard->reducer || shard->begin >= shard->end || shard->end > c.n_expert)
+      fail("CUDA expert shard [{}, {}) is invalid for {} experts", shard->begin, shard->end, c.n_expert);
+    shard_ = *shard;
+    local_sel_ = DeviceArray<int32_t>(c.n_expert_used);
+    if (!shard->reducer->graph_safe()) use_graphs_ = false;
+  }
   const model::KvEstimate est = model::KvState::estimate(c, ctx);
   raw_cap_ = est.raw_cap;
   const size_t HD = c.head_dim, ID = c.indexer_head_dim;
@@ -330,17 +338,30 @@ void CudaForward::ffn_layer(uint32_t il) {
          L.exp_probs_b.size() ? L.exp_probs_b.get() : nullptr, hash ? L.tid2eid.get() : nullptr,
          tokens_.get(), pos_.get(), U, c_.expert_weight_scale, probs_.get(), sel_.get(), sel_w_.get(),
          order_.get());
-  // Routed experts: only the rows of experts sel[s] of each stacked tensor are read.
-  matvec(L.ffn_gate_exps, 0, FF, FF, sel_.get(), U, h_.get(), 0, gate_.get(), FF, act_.get());
-  matvec(L.ffn_up_exps, 0, FF, FF, sel_.get(), U, h_.get(), 0, up_.get(), FF, act_.get());
+  // Routed experts: only the rows of experts sel[s] of each stacked tensor are read (with an
+  // expert shard, only this rank's experts; the others' slots come out as zeros).
+  const int32_t* ids = sel_.get();
+  if (shard_) {
+    localize_experts(sel_.get(), U, static_cast<int>(shard_->begin), static_cast<int>(shard_->end),
+                     local_sel_.get());
+    ids = local_sel_.get();
+  }
+  matvec(L.ffn_gate_exps, 0, FF, FF, ids, U, h_.get(), 0, gate_.get(), FF, act_.get());
+  matvec(L.ffn_up_exps, 0, FF, FF, ids, U, h_.get(), 0, up_.get(), FF, act_.get());
   swiglu(gate_.get(), up_.get(), U, FF, clamp, sel_w_.get(), mid_.get());
-  matvec(L.ffn_down_exps, 0, D, D, sel_.get(), U, mid_.get(), FF, down_.get(), D, act_.get());
+  matvec(L.ffn_down_exps, 0, D, D, ids, U, mid_.get(), FF, down_.get(), D, act_.get());
   // Shared expert, then y = (routed outputs in ascending expert id) + shared.
   mv(L.ffn_gate_shexp, h_.get(), gate_.get());
   mv(L.ffn_up_shexp, h_.get(), up_.get());
   swiglu(gate_.get(), up_.get(), 1, FF, clamp, nullptr, mid_.get());
   mv(L.ffn_down_shexp, mid_.get(), sh_down_.get());
-  moe_combine(down_.get(), order_.get(), U, D, sh_down_.get(), y_.get());
+  if (shard_) {  // this rank's share of the routed sum, summed over ranks, then + shared
+    moe_combine(down_.get(), order_.get(), U, D, nullptr, y_.get());
+    shard_->reducer->all_reduce(shard_->rank, y_.get(), static_cast<size_t>(D), launch_stream());
+    add_vec(y_.get(), sh_down_.get(), D);
+  } else {
+    moe_combine(down_.get(), order_.get(), U, D, sh_down_.get(), y_.get());
+  }
   hc_post(y_.get(), x_.get(), post_.get(), comb_.get(), static_cast<int>(c_.n_hc), D, x_next_.get());
   std::swap(x_, x_next_);
 }

@@ -12,11 +12,13 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/device_weights.h"
+#include "backend/cuda/expert_parallel.h"
 #include "model/config.h"
 #include "model/kv_state.h"
 
@@ -38,8 +40,12 @@ class CudaForward {
  public:
   /// Allocates the state and scratch (model::KvState::estimate + synth::session_scratch_bytes
   /// bytes) and the RoPE angle tables of every position. Throws ds4::Error when ctx < 1 or
-  /// memory runs out.
-  CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx);
+  /// memory runs out. With `shard` (expert parallelism, expert_parallel.h; copied) `dw` holds
+  /// only the shard's routed experts, the routed sum covers them alone and is summed over ranks
+  /// by shard->reducer before the shared expert is added; CUDA graphs stay off when the reducer
+  /// cannot be captured.
+  CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx,
+              const ExpertShard* shard = nullptr);
   ~CudaForward();
   CudaForward(const CudaForward&) = delete;
   CudaForward& operator=(const CudaForward&) = delete;
@@ -85,6 +91,8 @@ class CudaForward {
   DeviceArray<float> x_, x_next_, flat_, mix_, pre_, post_, comb_, sub_in_, h_, y_, qr_, q_,
       kv_row_, ck_, cs_, iq_, iw_, attn_, low_, router_logits_, probs_, sel_w_, gate_, up_, mid_,
       down_, sh_down_, head_pre_, z_, logits_, row_, scores_, att_scratch_;
+  std::optional<ExpertShard> shard_;
+  DeviceArray<int32_t> local_sel_;  // shard-local expert ids (-1: another rank's expert)
   DeviceArray<int32_t> sel_, order_, tokens_;  // tokens_: the id at each position (ctx)
   DeviceArray<uint32_t> top_k_;
   DeviceArray<uint8_t> act_;

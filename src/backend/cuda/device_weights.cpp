@@ -17,7 +17,9 @@ DevMatrix DeviceWeights::adopt(DeviceArray<uint8_t> buf, GgmlType type, int64_t 
   return d;
 }
 
-DevMatrix DeviceWeights::upload(const model::Matrix& m) {
+DevMatrix DeviceWeights::upload(const model::Matrix& m) { return upload_rows(m, 0, m.rows); }
+
+DevMatrix DeviceWeights::upload_rows(const model::Matrix& m, int64_t first, int64_t count) {
   if (!m) return {};
   switch (m.type) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
@@ -27,10 +29,10 @@ DevMatrix DeviceWeights::upload(const model::Matrix& m) {
       fail("CUDA backend: tensor {} has type {} which the CUDA kernels do not support", m.name,
            static_cast<uint32_t>(m.type));
   }
-  const size_t n = m.row_bytes * static_cast<size_t>(m.rows);
+  const size_t n = m.row_bytes * static_cast<size_t>(count);
   DeviceArray<uint8_t> buf(n);
-  buf.upload(m.data, n);
-  return adopt(std::move(buf), m.type, m.cols, m.rows, true);
+  buf.upload(m.row(first), n);
+  return adopt(std::move(buf), m.type, m.cols, count, true);
 }
 
 DeviceArray<float> DeviceWeights::upload(const std::vector<float>& v) {
@@ -40,7 +42,17 @@ DeviceArray<float> DeviceWeights::upload(const std::vector<float>& v) {
   return d;
 }
 
-DeviceWeights::DeviceWeights(const model::Config& c, const model::Weights& w) {
+DeviceWeights::DeviceWeights(const model::Config& c, const model::Weights& w, uint32_t expert_begin,
+                             uint32_t expert_end) {
+  if (expert_end == 0) expert_end = c.n_expert;
+  if (expert_begin >= expert_end || expert_end > c.n_expert)
+    fail("CUDA backend: expert range [{}, {}) is not within the model's {} experts", expert_begin,
+         expert_end, c.n_expert);
+  // Routed stacks hold n_expert blocks of rows; a shard keeps the rows of its experts.
+  const auto experts = [&](const model::Matrix& m) {
+    const int64_t per = m.rows / c.n_expert;
+    return upload_rows(m, per * expert_begin, per * (expert_end - expert_begin));
+  };
   switch (w.token_embd.type) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0: break;
     default:
@@ -71,9 +83,9 @@ DeviceWeights::DeviceWeights(const model::Config& c, const model::Weights& w) {
     d.idx_comp_kv = upload(s.idx_comp_kv);
     d.idx_comp_gate = upload(s.idx_comp_gate);
     d.ffn_gate_inp = upload(s.ffn_gate_inp);
-    d.ffn_gate_exps = upload(s.ffn_gate_exps);
-    d.ffn_up_exps = upload(s.ffn_up_exps);
-    d.ffn_down_exps = upload(s.ffn_down_exps);
+    d.ffn_gate_exps = experts(s.ffn_gate_exps);
+    d.ffn_up_exps = experts(s.ffn_up_exps);
+    d.ffn_down_exps = experts(s.ffn_down_exps);
     d.ffn_gate_shexp = upload(s.ffn_gate_shexp);
     d.ffn_up_shexp = upload(s.ffn_up_shexp);
     d.ffn_down_shexp = upload(s.ffn_down_shexp);

@@ -30,9 +30,12 @@ struct DevLayer {
 /// Every tensor the CUDA forward pass reads, in device memory.
 class DeviceWeights {
  public:
-  /// Uploads `w` (bound for `c`). Throws ds4::Error for an unsupported matrix type (naming the
-  /// tensor) or when device memory runs out.
-  DeviceWeights(const model::Config& c, const model::Weights& w);
+  /// Uploads `w` (bound for `c`). With expert parallelism only the routed experts
+  /// [expert_begin, expert_end) are uploaded (their rows of ffn_{gate,up,down}_exps, local ids
+  /// 0..end-begin-1); expert_end 0 means every expert. Throws ds4::Error for an unsupported
+  /// matrix type (naming the tensor), a bad expert range, or when device memory runs out.
+  DeviceWeights(const model::Config& c, const model::Weights& w, uint32_t expert_begin = 0,
+                uint32_t expert_end = 0);
 
   /// Generates a synthetic model of config `c` directly in device memory: every tensor of
   /// model::expected_tensors(c) with type model::recipe_type(spec, recipe) and seeded random
@@ -49,6 +52,8 @@ class DeviceWeights {
 
  private:
   DevMatrix upload(const model::Matrix& m);
+  /// Rows [first, first + count) of m only.
+  DevMatrix upload_rows(const model::Matrix& m, int64_t first, int64_t count);
   DevMatrix adopt(DeviceArray<uint8_t> buf, GgmlType type, int64_t cols, int64_t rows, bool act);
   DeviceArray<float> upload(const std::vector<float>& v);
   std::vector<DeviceArray<uint8_t>> store_;

@@ -38,7 +38,7 @@ size_t act_row_bytes(uint32_t type, int64_t cols);
 /// with base_g = row0 + (ids ? ids[g] : g) * group_rows and x_g = x + g*x_stride (f32,
 /// W.cols values; x_stride 0 shares one input). x_g is first quantized into `act_scratch`
 /// (>= groups * act_row_bytes bytes) in the weight's activation format. Results equal
-/// quant::vec_dot bit for bit.
+/// quant::vec_dot bit for bit. A negative ids[g] (an expert another device holds) gives zeros.
 void matvec(const DevMatrix& w, int64_t row0, int64_t n_rows, int64_t group_rows,
             const int32_t* ids, int groups, const float* x, int64_t x_stride, float* y,
             int64_t y_stride, uint8_t* act_scratch);
@@ -129,8 +129,16 @@ void router(const float* logits, int n_expert, const float* bias, const int32_t*
 void swiglu(const float* gate, const float* up, int groups, int64_t n, float clamp,
             const float* w, float* out);
 
-/// y[j] = (sum over slots in `order` of down[slot*d + j], from 0) + shared[j].
+/// y[j] = (sum over slots in `order` of down[slot*d + j], from 0) + shared[j] (shared may be
+/// null: the routed sum alone).
 void moe_combine(const float* down, const int32_t* order, int n_used, int64_t d,
                  const float* shared, float* y);
+/// Expert parallelism (issue #8): local[s] = sel[s] - begin for the experts this device holds
+/// ([begin, end)), else -1, which makes matvec write zeros for that group (n_used <= 32).
+void localize_experts(const int32_t* sel, int n_used, int begin, int end, int32_t* local);
+/// y[j] = y[j] + x[j] for j < n.
+void add_vec(float* y, const float* x, int64_t n);
+/// y[j] = slots[0][j] + slots[1][j] + ... (n_slots rows of n, summed in row order).
+void sum_slots(const float* slots, int n_slots, int64_t n, float* y);
 
 }  // namespace ds4::cuda

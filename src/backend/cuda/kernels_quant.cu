@@ -402,6 +402,11 @@ __global__ void __launch_bounds__(kMvWarps * 32) matvec_kernel(MatvecArgs a) {
   const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kMvWarps + warp) * a.rpw;
   const int g = blockIdx.y;
   const int n_mine = static_cast<int>(a.n_rows - r0 < a.rpw ? (a.n_rows - r0 > 0 ? a.n_rows - r0 : 0) : a.rpw);
+  if (a.ids && a.ids[g] < 0) {  // a group this device does not hold (expert parallelism): zeros
+    if (lane == 0)
+      for (int k = 0; k < n_mine; ++k) a.y[g * a.y_stride + r0 + k] = 0.0f;
+    return;  // the whole block shares g, so no barrier below is left waiting
+  }
   const bool active = n_mine > 0;  // idle warps still take part in the block's barriers
   const int64_t base = a.row0 + static_cast<int64_t>(a.ids ? a.ids[g] : g) * a.group_rows;
   const uint8_t* wrow = a.w + static_cast<size_t>(base + (active ? r0 : 0)) * a.row_bytes;

@@ -87,4 +87,11 @@ void NcclGroup::all_reduce_sum(const std::vector<float*>& buffers, size_t n,
   check_nccl(api, first, "ncclAllReduce");
 }
 
+void NcclGroup::all_reduce_sum_rank(int rank, float* buffer, size_t n, cudaStream_t stream) const {
+  if (rank < 0 || rank >= size()) fail("all_reduce_sum_rank: rank {} of a group of {}", rank, size());
+  const NcclApi& api = NcclApi::get();
+  check_nccl(api, api.all_reduce(buffer, buffer, n, ncclFloat32, ncclSum, comms_[static_cast<size_t>(rank)], stream),
+             "ncclAllReduce");
+}
+
 }  // namespace ds4::cuda

@@ -51,6 +51,10 @@ class NcclGroup {
   /// is ready when each stream reaches this point. Throws ds4::Error on an NCCL error.
   void all_reduce_sum(const std::vector<float*>& buffers, size_t n,
                       const std::vector<cudaStream_t>& streams) const;
+  /// Rank `rank`'s part of an in-place sum of `n` f32 elements in `buffer` (on device(rank)),
+  /// for a group driven by one host thread per rank: every rank makes the matching call.
+  /// Throws ds4::Error on an NCCL error or a bad rank.
+  void all_reduce_sum_rank(int rank, float* buffer, size_t n, cudaStream_t stream) const;
 
  private:
   std::vector<int> devices_;
