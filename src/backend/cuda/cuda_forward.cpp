@@ -339,7 +339,7 @@ void CudaForward::ffn_layer(uint32_t il) {
          tokens_.get(), pos_.get(), U, c_.expert_weight_scale, probs_.get(), sel_.get(), sel_w_.get(),
          order_.get());
   // Routed experts: only the rows of experts sel[s] of each stacked tensor are read (with an
-  // expert shard, only this rank's experts; the others' slots come out as zeros).
+  // expert shard, only this rank's experts; the other slots come out as zeros).
   const int32_t* ids = sel_.get();
   if (shard_) {
     localize_experts(sel_.get(), U, static_cast<int>(shard_->begin), static_cast<int>(shard_->end),
@@ -355,13 +355,12 @@ void CudaForward::ffn_layer(uint32_t il) {
   mv(L.ffn_up_shexp, h_.get(), up_.get());
   swiglu(gate_.get(), up_.get(), 1, FF, clamp, nullptr, mid_.get());
   mv(L.ffn_down_shexp, mid_.get(), sh_down_.get());
-  if (shard_) {  // this rank's share of the routed sum, summed over ranks, then + shared
-    moe_combine(down_.get(), order_.get(), U, D, nullptr, y_.get());
-    shard_->reducer->all_reduce(shard_->rank, y_.get(), static_cast<size_t>(D), launch_stream());
-    add_vec(y_.get(), sh_down_.get(), D);
-  } else {
-    moe_combine(down_.get(), order_.get(), U, D, sh_down_.get(), y_.get());
-  }
+  // Expert parallelism: each slot's output row is computed by exactly one rank and is zero on
+  // the others, so summing the rows over ranks reproduces every value exactly (x + 0 = x), and
+  // the combine below runs in the single-device order on every rank: bit-identical results.
+  if (shard_)
+    shard_->reducer->all_reduce(shard_->rank, down_.get(), static_cast<size_t>(U) * D, launch_stream());
+  moe_combine(down_.get(), order_.get(), U, D, sh_down_.get(), y_.get());
   hc_post(y_.get(), x_.get(), post_.get(), comb_.get(), static_cast<int>(c_.n_hc), D, x_next_.get());
   std::swap(x_, x_next_);
 }

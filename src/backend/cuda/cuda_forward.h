@@ -41,9 +41,9 @@ class CudaForward {
   /// Allocates the state and scratch (model::KvState::estimate + synth::session_scratch_bytes
   /// bytes) and the RoPE angle tables of every position. Throws ds4::Error when ctx < 1 or
   /// memory runs out. With `shard` (expert parallelism, expert_parallel.h; copied) `dw` holds
-  /// only the shard's routed experts, the routed sum covers them alone and is summed over ranks
-  /// by shard->reducer before the shared expert is added; CUDA graphs stay off when the reducer
-  /// cannot be captured.
+  /// only the shard's routed experts; their output rows are summed over ranks by
+  /// shard->reducer before the routed sum; CUDA graphs stay off when the reducer cannot be
+  /// captured.
   CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx,
               const ExpertShard* shard = nullptr);
   ~CudaForward();

@@ -147,7 +147,8 @@ class ExpertParallelBackend final : public Backend {
       : c_(c) {
     const bool same = std::all_of(devices.begin(), devices.end(), [&](int d) { return d == devices[0]; });
     if (same && devices.size() > 1)
-      reducer_ = std::make_unique<SameDeviceReducer>(devices[0], static_cast<int>(devices.size()), c.n_embd);
+      reducer_ = std::make_unique<SameDeviceReducer>(devices[0], static_cast<int>(devices.size()),
+                                                     size_t{c.n_expert_used} * c.n_embd);
     else
       reducer_ = std::make_unique<NcclReducer>(devices);
     ranks_.resize(devices.size());

@@ -1,8 +1,10 @@
 // Expert parallelism for the CUDA backend (issue #8): ranks (one per device entry) each hold the
 // whole model except the routed experts, which are split into contiguous id ranges. Every rank
 // runs attention, the router and the shared expert itself (identical inputs give identical
-// state on every rank); each computes only its own experts' share of the routed sum (spec §3.5),
-// and the shares are summed over ranks before the shared expert is added. Ranks run in one
+// state on every rank) and computes only the output rows of the selected experts it holds; the
+// rows (zero where another rank holds the expert) are summed over ranks, which reproduces each
+// row exactly, and every rank combines them in the single-device order (spec §3.5), so results
+// are bit-identical to one device. Ranks run in one
 // thread each. The sum goes through NCCL when the devices are distinct, or through an
 // in-device reduction when every rank shares one device (for testing the split on one GPU).
 #pragma once

@@ -129,15 +129,12 @@ void router(const float* logits, int n_expert, const float* bias, const int32_t*
 void swiglu(const float* gate, const float* up, int groups, int64_t n, float clamp,
             const float* w, float* out);
 
-/// y[j] = (sum over slots in `order` of down[slot*d + j], from 0) + shared[j] (shared may be
-/// null: the routed sum alone).
+/// y[j] = (sum over slots in `order` of down[slot*d + j], from 0) + shared[j].
 void moe_combine(const float* down, const int32_t* order, int n_used, int64_t d,
                  const float* shared, float* y);
 /// Expert parallelism (issue #8): local[s] = sel[s] - begin for the experts this device holds
 /// ([begin, end)), else -1, which makes matvec write zeros for that group (n_used <= 32).
 void localize_experts(const int32_t* sel, int n_used, int begin, int end, int32_t* local);
-/// y[j] = y[j] + x[j] for j < n.
-void add_vec(float* y, const float* x, int64_t n);
 /// y[j] = slots[0][j] + slots[1][j] + ... (n_slots rows of n, summed in row order).
 void sum_slots(const float* slots, int n_slots, int64_t n, float* y);
 

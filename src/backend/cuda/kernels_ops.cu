@@ -615,17 +615,12 @@ __global__ void moe_combine_kernel(const float* down, const int32_t* order, int 
   if (j >= d) return;
   float m = 0.0f;
   for (int i = 0; i < n_used; ++i) m += down[order[i] * d + j];
-  y[j] = shared ? m + shared[j] : m;
+  y[j] = m + shared[j];
 }
 
 __global__ void localize_experts_kernel(const int32_t* sel, int n_used, int begin, int end, int32_t* local) {
   const int s = threadIdx.x;
   if (s < n_used) local[s] = sel[s] >= begin && sel[s] < end ? sel[s] - begin : -1;
-}
-
-__global__ void add_vec_kernel(float* y, const float* x, int64_t n) {
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j < n) y[j] = y[j] + x[j];
 }
 
 __global__ void sum_slots_kernel(const float* slots, int n_slots, int64_t n, float* y) {
@@ -735,10 +730,6 @@ void moe_combine(const float* down, const int32_t* order, int n_used, int64_t d,
 
 void localize_experts(const int32_t* sel, int n_used, int begin, int end, int32_t* local) {
   localize_experts_kernel<<<1, 32, 0, stream()>>>(sel, n_used, begin, end, local);
-}
-
-void add_vec(float* y, const float* x, int64_t n) {
-  add_vec_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(y, x, n);
 }
 
 void sum_slots(const float* slots, int n_slots, int64_t n, float* y) {
