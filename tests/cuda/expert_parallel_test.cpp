@@ -14,36 +14,18 @@
 #include "backend/cuda/expert_parallel.h"
 #include "backend/cuda/nccl.h"
 #include "common/error.h"
+#include "cuda_test_util.h"
 #include "engine/engine.h"
 #include "engine/gpu_plan.h"
 
 namespace ds4 {
 namespace {
 
-std::string model_path(const char* recipe) {
-  const char* dir = std::getenv("DS4_TINY_MODELS");
-  return std::string(dir ? dir : DS4_BINARY_DIR "/models") + "/ds4-tiny-" + recipe + ".gguf";
-}
+using test::rel_l2;
 
-std::vector<int32_t> prompt_tokens(size_t n, uint32_t vocab) {
-  std::vector<int32_t> t(n);
-  uint64_t s = 424242;
-  for (auto& x : t) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<int32_t>((s >> 33) % vocab);
-  }
-  return t;
-}
+std::string model_path(const char* recipe) { return test::tiny_model_path(recipe); }
 
-double rel_l2(std::span<const float> a, std::span<const float> b) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    num += d * d;
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
+std::vector<int32_t> prompt_tokens(size_t n, uint32_t vocab) { return test::prompt_tokens(n, vocab, 424242); }
 
 /// Logits of every position of `prompt` (n x n_vocab) through `backend`, in chunks of 37.
 std::vector<float> all_logits(Backend& backend, const model::Config& c, std::span<const int32_t> prompt) {
