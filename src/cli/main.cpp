@@ -108,9 +108,14 @@ int run(const ds4::cli::Options& o) {
     std::printf("%s\n", ds4::cli::format_perplexity(r).c_str());
     return 0;
   }
+  if (o.raw_prompt && !prompt) ds4::fail("--raw-prompt needs -p or --prompt-file");
+  const auto prompt_tokens = [&] {
+    return o.raw_prompt ? engine->tokenizer().encode_with_specials(*prompt)
+                        : ds4::cli::build_prompt(*engine, o.system, *prompt, mode, o.ctx);
+  };
   if (o.dump_logprobs) {
     if (!prompt) ds4::fail("--dump-logprobs needs -p or --prompt-file");
-    const auto tokens = ds4::cli::build_prompt(*engine, o.system, *prompt, mode, o.ctx);
+    const auto tokens = prompt_tokens();
     ds4::cli::dump_logprobs(*engine, session, tokens, o.max_tokens, o.logprobs_top_k, *o.dump_logprobs);
     std::fprintf(stderr, "ds4: wrote %s\n", o.dump_logprobs->c_str());
     return 0;
@@ -119,7 +124,7 @@ int run(const ds4::cli::Options& o) {
   if (!prompt) return ds4::cli::run_repl(*engine, session, o, mode, g_stop);
 
   ds4::Sampler sampler(o.sampling);
-  const auto tokens = ds4::cli::build_prompt(*engine, o.system, *prompt, mode, o.ctx);
+  const auto tokens = prompt_tokens();
   const auto st = ds4::cli::generate(*engine, session, tokens, sampler, o.max_tokens, g_stop);
   if (st.context_full) std::fprintf(stderr, "ds4: stopped: the context of %lld tokens is full\n",
                                     static_cast<long long>(o.ctx));

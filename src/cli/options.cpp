@@ -56,6 +56,9 @@ Options parse_options(int argc, char** argv) {
   app.add_flag("--cuda-tensor-parallel", o.cuda_tensor_parallel,
                "Split the model over --gpu-devices (expert parallel: experts split, attention "
                "replicated); implied by listing several devices");
+  app.add_flag("--raw-prompt", o.raw_prompt,
+               "Use the prompt text as-is (special tokens such as <｜User｜> are recognised) instead "
+               "of rendering it through the chat template; for completion-style prompts");
   app.add_flag("--dump-tokens", o.dump_tokens, "Print the prompt's token ids and pieces, then exit");
   app.add_option("--dump-logprobs", o.dump_logprobs,
                  "Greedy continuation with top-k alternatives, written as JSON to FILE");

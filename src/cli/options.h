@@ -27,6 +27,7 @@ struct Options {
   std::string gpu_devices;           ///< --gpu-devices LIST (ds4::parse_gpu_devices)
   std::string gpu_vram;              ///< --gpu-vram auto|GiB[,GiB...] (ds4::parse_gpu_vram)
   bool cuda_tensor_parallel = false; ///< --cuda-tensor-parallel (implied by several devices)
+  bool raw_prompt = false;           ///< --raw-prompt: tokenize the prompt as-is, no chat template
   bool dump_tokens = false;
   std::optional<std::string> dump_logprobs;
   int logprobs_top_k = 20;

@@ -42,6 +42,14 @@ expect 1 "--gpu-vram \"abc\"" -- "$ds4" -m "$model" -p hi -n 1 --gpu-vram abc
 expect 1 "needs --gpu-devices with at least two" -- "$ds4" -m "$model" -p hi -n 1 --cuda-tensor-parallel
 expect 1 "leaves no GPU memory" -- "$ds4" -m "$model" -p hi -n 1 --cuda --gpu-vram 0
 expect 0 "backend cpu" -- "$ds4" -m "$model" -p hi -n 1 --gpu-vram 0 -t 1
+# --raw-prompt: exactly the text's tokens are prefilled (no template); it needs a prompt.
+expect 1 "--raw-prompt needs -p" -- "$ds4" -m "$model" --raw-prompt
+raw="Once upon a time<｜User｜>there"
+n_raw=$("$ds4" -m "$model" --dump-tokens -p "$raw" | wc -l)
+out=$("$ds4" -m "$model" --raw-prompt -p "$raw" -n 2 --temp 0 -t 1 2>&1 >/dev/null)
+grep -q "($n_raw tokens), generation" <<<"$out" && ok || bad "raw prompt prefill is not $n_raw tokens: $out"
+out=$("$ds4" -m "$model" -p "$raw" -n 2 --temp 0 -t 1 2>&1 >/dev/null)
+grep -q "($n_raw tokens), generation" <<<"$out" && bad "chat prompt has no template tokens: $out" || ok
 
 # --dump-tokens: specials are single ids and the pieces decode back to the text.
 out=$("$ds4" -m "$model" --dump-tokens -p $'<｜User｜>Ciao, mondo!<｜Assistant｜>' 2>&1)
