@@ -4,6 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 PROMPT ?= Tell me a short story about a lighthouse keeper.
+TOKENS ?= 200
 CMAKE_FLAGS ?=
 
 .PHONY: deps configure build test run clean
@@ -16,6 +17,6 @@ build: configure
 test: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 1500
 run: build
-	@$(BUILD)/ds4 -p "$(PROMPT)"
+	@$(BUILD)/ds4 -p "$(PROMPT)" -n $(TOKENS)
 clean:
 	rm -rf $(BUILD)

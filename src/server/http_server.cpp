@@ -109,6 +109,13 @@ HttpServer::HttpServer(Core& core, ServerInfo info, HttpOptions options)
   http_->set_keep_alive_max_count(1);
   http_->set_read_timeout(options_.io_timeout_s, 0);
   http_->set_write_timeout(options_.io_timeout_s, 0);
+  // httplib's default sets SO_REUSEPORT, which lets a second server bind a port that is in use
+  // (the kernel then splits connections between them). SO_REUSEADDR alone keeps restarts quick
+  // and makes a busy port an error.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   install_routes();
 }
 
@@ -117,10 +124,10 @@ HttpServer::~HttpServer() { stop(); }
 void HttpServer::bind() {
   if (options_.port == 0) {
     port_ = http_->bind_to_any_port(options_.host);
-    if (port_ < 0) fail("cannot bind {}: no free port", options_.host);
+    if (port_ < 0) fail("cannot bind {}: not a local IPv4 address, or no free port", options_.host);
   } else {
     if (!http_->bind_to_port(options_.host, options_.port))
-      fail("cannot bind {}:{} (address in use or not an IPv4 address)", options_.host, options_.port);
+      fail("cannot bind {}:{} (address in use, or not a local IPv4 address)", options_.host, options_.port);
     port_ = options_.port;
   }
   raise_listen_backlog(port_);

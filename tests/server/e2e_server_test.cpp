@@ -415,6 +415,23 @@ TEST_F(E2E, ContextOverflowIsMachineReadable) {
 }
 
 // failure-modes item 13: a huge max_tokens is clamped to the context, finish "length".
+// A second server on a port that is in use must fail (httplib's default SO_REUSEPORT would let
+// it share the port silently).
+TEST(E2EProcess, PortInUseIsAnError) {
+  ServerProcess first({});
+  ASSERT_GT(first.port(), 0) << first.log();
+  const std::string cmd = std::string("timeout 60 ") + DS4_SERVER_BIN + " -m " + DS4_TINY_MODEL +
+                          " -t 1 --port " + std::to_string(first.port()) + " 2>&1; echo rc=$?";
+  std::string out;
+  if (FILE* f = popen(cmd.c_str(), "r")) {
+    char buf[512];
+    while (fgets(buf, sizeof buf, f)) out += buf;
+    pclose(f);
+  }
+  EXPECT_NE(out.find("address in use"), std::string::npos) << out;
+  EXPECT_NE(out.find("rc=1"), std::string::npos) << out;
+}
+
 TEST(E2EProcess, HugeMaxTokensIsClampedToTheContext) {
   ServerProcess server({"-c", "24"});
   ASSERT_GT(server.port(), 0) << server.log();
