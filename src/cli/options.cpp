@@ -72,7 +72,8 @@ Options parse_options(int argc, char** argv) {
       ->check(CLI::IsMember({"thinking", "chat", "max"}));
   app.add_flag("--inspect", o.inspect, "Load the model, print a summary and exit");
   app.add_option("--perplexity-file", o.perplexity_file,
-                 "Score raw text with teacher-forced NLL (first 32 tokens unscored)");
+                 "Score raw text with teacher-forced NLL (first 32 tokens unscored)")
+      ->check(CLI::ExistingFile);
 
   // -sys is ds4's spelling; CLI11 short options are one character, so rewrite it.
   std::vector<std::string> args;

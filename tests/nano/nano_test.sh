@@ -73,7 +73,7 @@ expect 0 "^tokens=[0-9]+ scored=[0-9]+ nll=[0-9.]+ avg_nll=[0-9.]+ ppl=[0-9.]+$"
 printf 'a b' > "$tmp/short.txt"
 expect 1 "more than 32 tokens" -- "$build/ds4" -t 1 --perplexity-file "$tmp/short.txt"
 expect 2 "does not use -p/--prompt-file" -- "$build/ds4" --perplexity-file "$tmp/short.txt" -p hi
-expect 1 "missing.txt" -- "$build/ds4" -t 1 --perplexity-file "$tmp/missing.txt"
+expect 2 "File does not exist: .*missing.txt" -- "$build/ds4" -t 1 --perplexity-file "$tmp/missing.txt"
 printf 'caf\xe9 \xff\n' > "$tmp/bad_utf8.txt"
 expect 1 "not valid UTF-8" -- "$build/ds4" -t 1 --perplexity-file "$tmp/bad_utf8.txt"
 expect 1 "context is 64 tokens" -- "$build/ds4" -t 1 --perplexity-file "$tmp/heldout.txt" -c 64
