@@ -72,6 +72,20 @@ TEST_P(ExpertParallel, OneNcclRankEqualsSingleDevice) {
   EXPECT_EQ(rel_l2(got, single_), 0.0);
 }
 
+TEST_P(ExpertParallel, TwoNcclRanksOnTwoDevicesEqualSingleDevice) {
+  if (cuda::device_count() < 2) GTEST_SKIP() << "needs two CUDA devices";
+  try {
+    cuda::NcclApi::get();
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const model::Config& c = engine_->config();
+  auto ep = cuda::make_expert_parallel_backend(c, engine_->weights(), {0, 1}, even_ranges(c.n_expert, 2));
+  const auto got = all_logits(*ep, c, prompt_);
+  std::printf("%s, 2 NCCL ranks on 2 devices: rel L2 %.3g\n", GetParam(), rel_l2(got, single_));
+  EXPECT_EQ(rel_l2(got, single_), 0.0);
+}
+
 TEST_P(ExpertParallel, RanksSharingOneDeviceAgree) {
   const model::Config& c = engine_->config();
   for (int ranks : {2, 4}) {
