@@ -26,7 +26,10 @@ class NcclReducer final : public ExpertReducer {
   void all_reduce(int rank, float* y, size_t n, cudaStream_t stream) override {
     group_.all_reduce_sum_rank(rank, y, n, stream);
   }
-  bool graph_safe() const override { return true; }
+  // One rank captures fine. With several devices, capturing each rank's step (one thread per
+  // rank, ThreadLocal capture) made ncclAllReduce fail with "internal error" on 2 H200s
+  // (NCCL 2.28, 2026-11-29), and the same steps without graphs are exact: no graphs then.
+  bool graph_safe() const override { return group_.size() == 1; }
 
  private:
   NcclGroup group_;
