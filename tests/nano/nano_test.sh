@@ -102,5 +102,54 @@ expect 1 "token_embd.weight' has shape \[128, 8192\], the layout needs \[256, 81
 expect 1 "missing tensor 'output.weight'" -- "$build/ds4-make-model" --weights "$tmp/bad_weights.gguf" --vocab "$vocab" -o "$tmp/x.gguf"
 expect 1 "'bogus.weight' is not part of the layout" -- "$build/ds4-make-model" --weights "$tmp/bad_weights.gguf" --vocab "$vocab" -o "$tmp/x.gguf"
 
+# ds4-tokenize --specials (the chat view's tokenizer): each chat marker becomes its single id,
+# the same ids as the engine's chat path (`ds4 --dump-tokens`); without it they are plain text.
+printf '<｜begin▁of▁sentence｜>You<｜User｜>Il giorno<｜Assistant｜></think>dopo<｜end▁of▁sentence｜>' > "$tmp/chat.txt"
+"$build/ds4-tokenize" --specials --vocab "$vocab" -o "$tmp/tokc" "$tmp/chat.txt" 2>/dev/null
+"$build/ds4-tokenize" --vocab "$vocab" -o "$tmp/tokp" "$tmp/chat.txt" 2>/dev/null
+"$build/ds4" --dump-tokens -p "$(cat "$tmp/chat.txt")" > "$tmp/dump.txt" 2>&1
+/usr/bin/python3 - "$tmp/tokc/chat.u32" "$tmp/tokp/chat.u32" "$tmp/dump.txt" <<'PY' && ok || bad "ds4-tokenize --specials"
+import struct, sys
+u32 = lambda p: list(struct.unpack("<%dI" % (len(open(p, "rb").read()) // 4), open(p, "rb").read()))
+sp, plain = u32(sys.argv[1]), u32(sys.argv[2])
+dump = [int(l.split("\t")[0]) for l in open(sys.argv[3]) if l.strip()]
+assert sp == dump, (sp, dump)
+assert [t for t in sp if t < 2 or t >= 128000] == [0, 128803, 128804, 128822, 1], sp
+assert all(1 < t < 128000 for t in plain) and len(plain) > len(sp), plain
+PY
+
+# tools/train/chat_view.py writes examples whose prompt part is exactly what the chat renderer
+# makes of {system, user} in non-thinking mode, and which cover the text in order.
+mkdir -p "$tmp/cv/train" "$tmp/cv/heldout"
+head -c 20000 "$shared/testdata/text/promessi_sposi.txt" > "$tmp/cv/train/ps.txt"
+head -c 3000 "$shared/testdata/text/tiny_shakespeare.txt" > "$tmp/cv/heldout/ts.txt"
+(cd "$src" && /usr/bin/python3 tools/train/chat_view.py --data "$tmp/cv" > /dev/null)
+/usr/bin/python3 - "$tmp/cv" "$build/ds4" <<'PY' && ok || bad "chat_view.py vs ds4 --render-chat"
+import json, os, subprocess, sys
+d, ds4 = sys.argv[1], sys.argv[2]
+B, E, U, A, T = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "</think>"
+text = open(os.path.join(d, "train/ps.txt"), encoding="utf-8").read()
+ex = open(os.path.join(d, "train_chat/ps.txt"), encoding="utf-8").read()
+assert ex.startswith(B) and ex.endswith(E)
+items = [B + x + E for x in ex[len(B):-len(E)].split(E + B)]
+assert len(items) >= 10 and os.path.getsize(os.path.join(d, "heldout_chat/ts.txt")) > 0
+systems, rendered, pos = set(), set(), 0
+for i, it in enumerate(items):
+    head, answer = it[:-len(E)].split(T)
+    system, user = head[len(B):-len(A)].split(U)
+    systems.add(system)
+    assert " ".join(user.split()) == user and 0 < len(user.encode()) <= 300 and answer, it
+    pos = text.index(answer, pos) + len(answer)          # answers follow the text in order
+    if system not in rendered:                            # one example of each system prompt
+        rendered.add(system)
+        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+        with open(os.path.join(d, "m.json"), "w", encoding="utf-8") as f:
+            json.dump(msgs, f)
+        r = subprocess.run([ds4, "--render-chat", os.path.join(d, "m.json"), "--think-mode", "chat"],
+                           capture_output=True, check=True).stdout.decode()
+        assert r == head + T, (r, head + T)
+assert systems == {"", "You are a helpful assistant"}, systems
+PY
+
 echo "nano_test: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,8 +1,10 @@
 // ds4-tokenize: encodes text files with ds4's own tokenizer (byte-level BPE of spec §6, plain
 // text: no specials, no BOS) and writes the token ids as little-endian uint32, one file per
 // input. Used to build the ds4-nano training and held-out token streams (docs/nano.md), so the
-// model is trained on exactly the ids the engine produces at inference time.
-//   ds4-tokenize --vocab models/deepseek-v3-tokenizer.json.zst a.txt b.txt -o out/
+// model is trained on exactly the ids the engine produces at inference time. With --specials the
+// special token strings (<｜User｜>, </think>, ...) become their single ids, as in the engine's
+// chat path (encode_with_specials), for the chat-formatted training view.
+//   ds4-tokenize --vocab models/deepseek-v3-tokenizer.json.zst a.txt b.txt -o out/ [--specials]
 #include <CLI/CLI.hpp>
 #include <zstd.h>
 
@@ -41,15 +43,18 @@ int main(int argc, char** argv) {
                "ds4-tokenize"};
   std::string vocab_path, out_dir;
   std::vector<std::string> inputs;
+  bool specials = false;
   app.add_option("--vocab", vocab_path, "tokenizer.json (optionally .zst) of DeepSeek V3/V4")->required();
   app.add_option("-o,--output-dir", out_dir, "Folder for <input stem>.u32 files")->required();
+  app.add_flag("--specials", specials, "Recognise special token strings (encode_with_specials)");
   app.add_option("inputs", inputs, "UTF-8 text files")->required()->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
   try {
     ds4::tok::Tokenizer tok(ds4::tok::vocab_from_hf_tokenizer_json(read_file(vocab_path), {}, vocab_path));
     std::filesystem::create_directories(out_dir);
     for (const auto& in : inputs) {
-      const std::vector<int32_t> ids = tok.encode_plain(read_file(in));
+      const std::vector<int32_t> ids = specials ? tok.encode_with_specials(read_file(in))
+                                                    : tok.encode_plain(read_file(in));
       const auto out = std::filesystem::path(out_dir) / (std::filesystem::path(in).stem().string() + ".u32");
       std::ofstream f(out, std::ios::binary);
       if (!f) ds4::fail("{}: cannot create", out.string());

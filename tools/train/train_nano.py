@@ -3,7 +3,10 @@ files written by ds4-tokenize, reproducibly from a seed.
 
     python3 tools/train/train_nano.py --data DIR --out OUT [--minutes 4] [--seed 1]
 
-DIR holds train/<name>.u32 and heldout/<name>.u32 (little-endian uint32 token ids). Writes to
+DIR holds train/<name>.u32 and heldout/<name>.u32 (little-endian uint32 token ids) and, for the
+chat view (tools/train/chat_view.py, tokenized with `ds4-tokenize --specials`), train_chat/ and
+heldout_chat/ of the same names; --chat-share of the training windows then come from the chat
+view, starting at an example's <｜begin▁of▁sentence｜>. Writes to
 OUT: nano-part{0,1,2,3}.npz (trained weights: f16 matrices, f32 vectors, vocabulary rows +
 vmap + hash tables; each part < 16 MiB) and train-log.json (config, loss curve, held-out
 losses). tools/train/pack_nano.py turns the parts into the shipped weights GGUF.
@@ -24,6 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nano_model import FLASH_CONSTANTS, Nano, ratio_schedule  # noqa: E402
 
 N_VOCAB = 129280
+BOS_ID = 0             # <｜begin▁of▁sentence｜>
+FIRST_ADDED_ID = 128000  # V4 added tokens (<｜User｜>, <｜Assistant｜>, </think>, ...) start here
 
 # The nano shape (C++ twin: model::Config::nano, src/model/config.cpp).
 NANO_SHAPE = dict(
@@ -53,11 +58,14 @@ def load_tokens(folder):
     return out
 
 
-def vocab_rows(train, n_rows):
-    """vmap [N_VOCAB]: the n_rows-1 most frequent training tokens get rows 0.. (by
-    frequency, ties by id); every other token shares the last row."""
+def vocab_rows(train, n_rows, forced=()):
+    """vmap [N_VOCAB]: the `forced` ids (the chat view's special tokens), then the most
+    frequent training tokens get rows 0.. (by frequency, ties by id), n_rows-1 in all; every
+    other token shares the last row."""
     counts = np.bincount(np.concatenate(list(train.values())), minlength=N_VOCAB)
-    order = np.lexsort((np.arange(N_VOCAB), -counts))
+    key = -counts.astype(np.float64)
+    key[list(forced)] = -np.inf
+    order = np.lexsort((np.arange(N_VOCAB), key))
     k = min(n_rows - 1, int((counts > 0).sum()))
     vmap = np.full(N_VOCAB, k, dtype=np.int64)
     vmap[order[:k]] = np.arange(k)
@@ -75,16 +83,28 @@ def hash_tables(cfg, seed):
     return out
 
 
-def batches(train, L, B, rng):
+def batches(train, L, B, rng, chat=None, chat_share=0.0):
+    """Batches [B, L+1] of training windows: corpus by CORPUS_WEIGHT; with probability
+    chat_share the window comes from that corpus' chat view and starts at an example start
+    (BOS), as a chat prompt does at inference; otherwise anywhere in the raw text."""
     names = [n for n in CORPUS_WEIGHT if n in train] + [n for n in train if n not in CORPUS_WEIGHT]
     w = np.array([CORPUS_WEIGHT.get(n, 0.1) for n in names])
     w = w / w.sum()
+    starts = {}
+    for n, t in (chat or {}).items():
+        b = np.flatnonzero(t == BOS_ID)
+        starts[n] = b[b < len(t) - L - 1]
     while True:
         which = rng.choice(len(names), size=B, p=w)
         rows = []
         for i in which:
-            t = train[names[i]]
-            s = rng.integers(0, len(t) - L - 1)
+            n = names[i]
+            if n in starts and len(starts[n]) and rng.random() < chat_share:
+                t = chat[n]
+                s = starts[n][rng.integers(0, len(starts[n]))]
+            else:
+                t = train[n]
+                s = rng.integers(0, len(t) - L - 1)
             rows.append(t[s:s + L + 1])
         yield np.stack(rows)
 
@@ -152,6 +172,8 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--rows", type=int, default=16384, help="learned vocabulary rows (incl. the shared one)")
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--chat-share", type=float, default=0.4,
+                    help="share of training windows from the chat view (when train_chat/ exists)")
     ap.add_argument("--eval-every", type=int, default=150)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     a = ap.parse_args()
@@ -164,14 +186,20 @@ def main():
     cfg = full_cfg()
     train = load_tokens(os.path.join(a.data, "train"))
     heldout = load_tokens(os.path.join(a.data, "heldout"))
-    vmap, k, covered = vocab_rows(train, a.rows)
+    chat = load_tokens(os.path.join(a.data, "train_chat")) if os.path.isdir(os.path.join(a.data, "train_chat")) else {}
+    chat_ho = load_tokens(os.path.join(a.data, "heldout_chat")) if chat else {}
+    forced = sorted({int(i) for t in chat.values() for i in np.unique(t) if i < 2 or i >= FIRST_ADDED_ID})
+    vmap, k, covered = vocab_rows({**train, **{"chat_" + n: t for n, t in chat.items()}}, a.rows, forced)
+    print("chat view: %s, forced rows for ids %s" % ({n: len(t) for n, t in chat.items()}, forced), flush=True)
     tables = hash_tables(cfg, a.seed)
     model = Nano(cfg, torch.from_numpy(vmap), [torch.from_numpy(t) for t in tables], seed=a.seed).to(a.device)
     n_params = sum(p.numel() for p in model.parameters())
     log = dict(shape={k2: (list(v) if isinstance(v, tuple) else v) for k2, v in NANO_SHAPE.items()},
                seed=a.seed, batch=a.batch, seq=a.seq, rows=k + 1, row_coverage=covered,
                params=n_params, train_tokens={n: int(len(t)) for n, t in train.items()},
-               heldout_tokens={n: int(len(t)) for n, t in heldout.items()}, curve=[], evals=[])
+               heldout_tokens={n: int(len(t)) for n, t in heldout.items()}, curve=[], evals=[],
+               chat_share=a.chat_share if chat else 0.0, forced_ids=forced,
+               chat_train_tokens={n: int(len(t)) for n, t in chat.items()}, chat_evals=[])
     print("params %d, learned rows %d (cover %.4f of training tokens)" % (n_params, k, covered), flush=True)
 
     decay = [p for n, p in model.p.items() if p.dim() >= 2]
@@ -179,8 +207,9 @@ def main():
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.05}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
     rng = np.random.default_rng(a.seed)
-    gen = batches(train, a.seq, a.batch, rng)
+    gen = batches(train, a.seq, a.batch, rng, chat, a.chat_share)
     windows = heldout_windows(heldout, a.seq, 6)
+    chat_windows = heldout_windows(chat_ho, a.seq, 6)
     budget = a.minutes * 60.0
     warm = 100
     t0 = time.time()
@@ -222,6 +251,10 @@ def main():
             mean = float(np.mean(list(ev.values())))
             log["evals"].append([step, mean, ev])
             print("  held-out %.4f %s" % (mean, {n: round(v, 3) for n, v in ev.items()}), flush=True)
+            if chat_windows:
+                cev = evaluate(model, chat_windows, a.device)
+                log["chat_evals"].append([step, float(np.mean(list(cev.values()))), cev])
+                print("  held-out chat %.4f %s" % (log["chat_evals"][-1][1], {n: round(v, 3) for n, v in cev.items()}), flush=True)
             if mean < best:
                 best = mean
                 best_state = {n: p.detach().clone() for n, p in model.p.items()}
@@ -236,6 +269,8 @@ def main():
     round_params_f16(model)
     ev = evaluate(model, windows, a.device)
     log["final_heldout_f16"] = ev
+    if chat_windows:
+        log["final_heldout_chat_f16"] = evaluate(model, chat_windows, a.device)
     log["steps"] = step
     log["schedule_steps"] = est_steps
     log["train_seconds"] = time.time() - t0
