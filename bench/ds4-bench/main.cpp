@@ -5,9 +5,7 @@
 #include <omp.h>
 
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "backend/cpu/forward.h"
 #include "backend/synthetic/synthetic_model.h"
@@ -18,6 +16,7 @@
 #include "bench_options.h"
 #include "chat/render.h"
 #include "common/error.h"
+#include "common/read_file.h"
 #include "csv.h"
 #include "engine/engine.h"
 #include "frontiers.h"
@@ -32,21 +31,13 @@ namespace {
 
 using ds4::bench::BenchOptions;
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) ds4::fail("{}: cannot open", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 /// The fixed token sequence the sweep slices: raw text tokenized as plain text, or the chat
 /// rendering of one no-think user message (special tokens recognised).
 std::vector<int32_t> prompt_tokens(const ds4::Engine& engine, const BenchOptions& o) {
-  if (o.prompt_file) return engine.tokenizer().encode_plain(read_file(*o.prompt_file));
+  if (o.prompt_file) return engine.tokenizer().encode_plain(ds4::read_file(*o.prompt_file));
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (!o.system.empty()) messages.push_back({{"role", "system"}, {"content", o.system}});
-  messages.push_back({{"role", "user"}, {"content", read_file(*o.chat_prompt_file)}});
+  messages.push_back({{"role", "user"}, {"content", ds4::read_file(*o.chat_prompt_file)}});
   ds4::chat::RenderOptions ro;
   ro.think_mode = ds4::chat::ThinkMode::chat;
   return engine.tokenizer().encode_with_specials(ds4::chat::render_prompt(messages, ro));

@@ -2,8 +2,6 @@
 // (--dump-tokens, --render-chat, --dump-logprobs, --inspect). Flags follow ds4's (product-surface §2.1).
 #include <csignal>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "cli/generate.h"
 #include "cli/logprobs.h"
@@ -11,8 +9,8 @@
 #include "cli/options.h"
 #include "cli/repl.h"
 #include "common/error.h"
+#include "common/read_file.h"
 #include "engine/engine.h"
-#include "engine/gpu_plan.h"
 #include "model/kv_state.h"
 #include "tokenizer/utf8.h"
 
@@ -24,14 +22,6 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 void on_sigint(int) { g_stop.store(true); }
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) ds4::fail("{}: cannot open", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 ds4::chat::ThinkMode think_mode(const ds4::cli::Options& o) {
   using ds4::cli::ThinkFlag;
@@ -50,7 +40,7 @@ void check_utf8(const std::string& text, const char* what) {
 int run(const ds4::cli::Options& o) {
   const std::string model = o.model.empty() ? DS4_DEFAULT_MODEL : o.model;
   std::optional<std::string> prompt = o.prompt;
-  if (o.prompt_file) prompt = read_file(*o.prompt_file);
+  if (o.prompt_file) prompt = ds4::read_file(*o.prompt_file);
   if (prompt) check_utf8(*prompt, o.prompt_file ? o.prompt_file->c_str() : "the prompt");
 
   if (o.render_chat) {
@@ -60,7 +50,7 @@ int run(const ds4::cli::Options& o) {
     if (ds4::chat::effective_think_mode(ro.think_mode, o.ctx) != ro.think_mode)
       std::fprintf(stderr, "ds4: Think Max needs --ctx >= %lld; rendering normal thinking\n",
                    static_cast<long long>(ds4::chat::kThinkMaxMinContext));
-    const std::string text = ds4::chat::render_prompt_json_text(read_file(*o.render_chat), ro);
+    const std::string text = ds4::chat::render_prompt_json_text(ds4::read_file(*o.render_chat), ro);
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;
   }
@@ -73,11 +63,9 @@ int run(const ds4::cli::Options& o) {
     return 0;
   }
 
-  if (o.cuda_tensor_parallel && ds4::parse_gpu_devices(o.gpu_devices.empty() ? "0" : o.gpu_devices).size() < 2)
-    ds4::fail("--cuda-tensor-parallel needs --gpu-devices with at least two devices");
   auto engine = ds4::Engine::open({.model_path = model, .backend = o.backend, .threads = o.threads,
                                    .gpu_devices = o.gpu_devices, .gpu_vram = o.gpu_vram,
-                                   .plan_ctx = o.ctx});
+                                   .plan_ctx = o.ctx, .cuda_tensor_parallel = o.cuda_tensor_parallel});
   const auto& cfg = engine->config();
   const auto est = ds4::model::KvState::estimate(cfg, o.ctx);
   std::fprintf(stderr, "ds4: %s (%s, %u layers, vocab %u), backend %s\n", model.c_str(),
@@ -101,7 +89,7 @@ int run(const ds4::cli::Options& o) {
 
   ds4::Session session(cfg, engine->backend(), o.ctx);
   if (o.perplexity_file) {
-    const std::string text = read_file(*o.perplexity_file);
+    const std::string text = ds4::read_file(*o.perplexity_file);
     check_utf8(text, o.perplexity_file->c_str());
     const auto tokens = engine->tokenizer().encode_plain(text);
     const auto r = ds4::cli::perplexity(session, tokens);

@@ -89,6 +89,8 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
     fail("unknown backend '{}' (expected auto, cpu or cuda)", o.backend);
   const std::vector<int> devices =
       o.gpu_devices.empty() ? std::vector<int>{0} : parse_gpu_devices(o.gpu_devices);
+  if (o.cuda_tensor_parallel && devices.size() < 2)
+    fail("--cuda-tensor-parallel needs --gpu-devices with at least two devices");
   const auto budgets = o.gpu_vram.empty() ? std::nullopt : parse_gpu_vram(o.gpu_vram);
   const bool no_gpu = budgets && std::all_of(budgets->begin(), budgets->end(), [](uint64_t b) { return b == 0; });
   if (no_gpu && o.backend == "cuda") fail("--gpu-vram 0 leaves no GPU memory for --cuda");

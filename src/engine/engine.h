@@ -21,6 +21,7 @@ struct EngineOptions {
   std::string gpu_vram = {};     ///< --gpu-vram "auto" or GiB per device (empty: no plan check;
                                  ///< all 0: no CUDA, the CPU backend)
   int64_t plan_ctx = 4096;       ///< context (tokens) the GPU memory plan reserves KV for
+  bool cuda_tensor_parallel = false;  ///< --cuda-tensor-parallel: needs two or more devices
 };
 
 class Engine {
@@ -30,7 +31,8 @@ class Engine {
   /// over several devices, one device otherwise), printed to stderr ("GPU config: ..."), and
   /// refused when it does not fit. Throws ds4::Error with the file name and every problem found
   /// (bad GGUF, wrong metadata, missing/misshapen tensors, no vocabulary, an unavailable
-  /// backend, a bad --gpu-devices/--gpu-vram value, a plan that does not fit).
+  /// backend, a bad --gpu-devices/--gpu-vram value, --cuda-tensor-parallel with fewer than two
+  /// devices, a plan that does not fit).
   static std::unique_ptr<Engine> open(const EngineOptions& options);
 
   /// Reads only the vocabulary of a GGUF (for --dump-tokens, which never loads weights).

@@ -118,24 +118,23 @@ GpuPlan plan_gpus(const ModelFootprint& fp, const std::vector<int>& devices,
   const uint32_t n_layer = static_cast<uint32_t>(fp.layers.size());
 
   if (mode == GpuPlanMode::layers) {
+    const auto room = [&](size_t i) {
+      return budgets[i] > scratch_bytes ? budgets[i] - scratch_bytes : uint64_t{0};
+    };
     uint64_t room_total = 0;
-    for (size_t i : active) room_total += budgets[i] > scratch_bytes ? budgets[i] - scratch_bytes : 0;
+    for (size_t i : active) room_total += room(i);
     const uint64_t need = fp.total();
     // Cumulative byte targets in proportion to each device's room: a device stops taking layers
     // once the next one would carry it past its share (or its budget), as long as others remain.
     size_t a = 0;
-    double target = 0;
-    const auto room = [&](size_t i) {
-      return budgets[i] > scratch_bytes ? budgets[i] - scratch_bytes : uint64_t{0};
-    };
-    target = static_cast<double>(need) * static_cast<double>(room(active[0])) / std::max<uint64_t>(room_total, 1);
+    double target = static_cast<double>(need) * static_cast<double>(room(active[0])) /
+                    std::max<uint64_t>(room_total, 1);
     uint64_t placed = 0;
     for (uint32_t il = 0; il < n_layer; ++il) {
       const uint64_t cost = fp.layers[il].total() + (il + 1 == n_layer ? fp.head_bytes : 0);
       DevicePlacement* d = &plan.devices[active[a]];
-      const uint64_t used = d->bytes;
       const bool past_share = static_cast<double>(placed + cost / 2) > target;
-      const bool over_budget = used + cost + scratch_bytes > d->budget;
+      const bool over_budget = d->bytes + cost + scratch_bytes > d->budget;
       if (d->used() && a + 1 < active.size() && (past_share || over_budget)) {
         ++a;
         target += static_cast<double>(need) * static_cast<double>(room(active[a])) /

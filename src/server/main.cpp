@@ -11,7 +11,6 @@
 
 #include "common/error.h"
 #include "engine/engine.h"
-#include "engine/gpu_plan.h"
 #include "server/core.h"
 #include "server/generator.h"
 #include "server/http_server.h"
@@ -112,11 +111,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   try {
-    if (f.cuda_tensor_parallel && ds4::parse_gpu_devices(f.gpu_devices.empty() ? "0" : f.gpu_devices).size() < 2)
-      ds4::fail("--cuda-tensor-parallel needs --gpu-devices with at least two devices");
     auto engine = ds4::Engine::open({.model_path = f.model, .backend = f.backend, .threads = f.threads,
                                      .gpu_devices = f.gpu_devices, .gpu_vram = f.gpu_vram,
-                                     .plan_ctx = f.ctx});
+                                     .plan_ctx = f.ctx, .cuda_tensor_parallel = f.cuda_tensor_parallel});
     std::unique_ptr<ds4::server::KvDiskCache> cache;
     if (!f.kv_disk_dir.empty()) {
       // Routed-expert quantization recorded in each snapshot: 2-bit formats vs everything else.

@@ -49,6 +49,21 @@ ojson convert_messages(const ojson& messages) {
   return out;
 }
 
+/// The request fields both OpenAI endpoints share: model, stream, stream_options.include_usage,
+/// and the thinking mode from `thinking` / `reasoning_effort` (throws as the readers do).
+chat::ThinkMode read_openai_common(const ojson& body, const ServerInfo& info, std::string& model,
+                                   bool& stream, bool& include_usage) {
+  model = read_string(body, "model", info.model_id);
+  stream = read_bool(body, "stream", false);
+  if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
+    include_usage = read_bool(*so, "include_usage", false);
+  ThinkingRequest t;
+  read_thinking_switch(body, t);
+  if (auto it = body.find("reasoning_effort"); it != body.end())
+    t.effort = read_effort(*it, "reasoning_effort");
+  return resolve_think_mode(t, model, info.ctx);
+}
+
 class OpenAIChat final : public Adapter {
  public:
   OpenAIChat(const ojson& body, const ServerInfo& info) {
@@ -56,16 +71,7 @@ class OpenAIChat final : public Adapter {
     if (msgs == body.end() || msgs->is_null()) bad("missing messages");
     if (!msgs->is_array()) bad("messages must be an array");
     if (msgs->empty()) bad("messages must not be empty");
-    model_ = read_string(body, "model", info.model_id);
-    stream_ = read_bool(body, "stream", false);
-    if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
-      include_usage_ = read_bool(*so, "include_usage", false);
-
-    ThinkingRequest t;
-    read_thinking_switch(body, t);
-    if (auto it = body.find("reasoning_effort"); it != body.end())
-      t.effort = read_effort(*it, "reasoning_effort");
-    const auto mode = resolve_think_mode(t, model_, info.ctx);
+    const auto mode = read_openai_common(body, info, model_, stream_, include_usage_);
     const bool thinking = mode != chat::ThinkMode::chat;
 
     bool tools_on = false;
@@ -182,15 +188,7 @@ class OpenAICompletions final : public Adapter {
     } else {
       bad("prompt must be a string or an array of strings");
     }
-    model_ = read_string(body, "model", info.model_id);
-    stream_ = read_bool(body, "stream", false);
-    if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
-      include_usage_ = read_bool(*so, "include_usage", false);
-    ThinkingRequest t;
-    read_thinking_switch(body, t);
-    if (auto it = body.find("reasoning_effort"); it != body.end())
-      t.effort = read_effort(*it, "reasoning_effort");
-    const auto mode = resolve_think_mode(t, model_, info.ctx);
+    const auto mode = read_openai_common(body, info, model_, stream_, include_usage_);
     const bool thinking = mode != chat::ThinkMode::chat;
     const ojson conversation = ojson::array(
         {{{"role", "system"}, {"content", "You are a helpful assistant"}},

@@ -4,37 +4,17 @@
 //   ds4-make-model --weights models/ds4-nano-weights.gguf.zst --recipe q2 --vocab ... -o nano.gguf
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <zstd.h>
 
 #include <cstdio>
 #include <optional>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.h"
+#include "common/read_file.h"
 #include "generator.h"
 #include "gguf/reader.h"
 #include "tokenizer/hf_tokenizer_json.h"
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) ds4::fail("{}: cannot open", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string data = ss.str();
-  if (path.size() > 4 && path.ends_with(".zst")) {
-    const auto size = ZSTD_getFrameContentSize(data.data(), data.size());
-    if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (1u << 30))
-      ds4::fail("{}: not a zstd file with a known size", path);
-    std::string out(size, '\0');
-    const size_t got = ZSTD_decompress(out.data(), out.size(), data.data(), data.size());
-    if (ZSTD_isError(got) || got != size) ds4::fail("{}: zstd decompression failed", path);
-    return out;
-  }
-  return data;
-}
 
 // Overrides Config fields from a JSON object: {"n_layer": 4, "compress_ratios": [0,4,128,4], ...}.
 void apply_overrides(ds4::model::Config& c, const nlohmann::json& j) {
@@ -102,7 +82,7 @@ int main(int argc, char** argv) {
     std::optional<ds4::gguf::Reader> weights;
     if (!weights_path.empty()) {
       if (!config_file.empty() || vocab_size) ds4::fail("--weights fixes the shape: drop --config/--vocab-size");
-      const std::string bytes = read_text(weights_path);
+      const std::string bytes = ds4::read_file_maybe_zstd(weights_path);
       weights.emplace(ds4::gguf::Reader::from_bytes(std::vector<uint8_t>(bytes.begin(), bytes.end()), weights_path));
       o.config = Config::from_gguf(*weights);
       o.weights = &*weights;
@@ -119,12 +99,12 @@ int main(int argc, char** argv) {
       if (vocab_size && vocab_size != o.config.n_vocab)
         ds4::fail("--vocab-size cannot change the {} preset's vocabulary ({})", preset, o.config.n_vocab);
     }
-    if (!config_file.empty()) apply_overrides(o.config, nlohmann::json::parse(read_text(config_file)));
+    if (!config_file.empty()) apply_overrides(o.config, nlohmann::json::parse(ds4::read_file_maybe_zstd(config_file)));
     o.recipe = *ds4::model::parse_recipe(recipe_name);
     if (byte) {
       o.vocab = ds4::tools::byte_vocab(o.config.n_vocab);
     } else {
-      const auto full = ds4::tok::vocab_from_hf_tokenizer_json(read_text(vocab_path), {}, vocab_path);
+      const auto full = ds4::tok::vocab_from_hf_tokenizer_json(ds4::read_file_maybe_zstd(vocab_path), {}, vocab_path);
       o.vocab = full.tokens.size() == o.config.n_vocab ? full
                                                        : ds4::tools::shrink_vocab(full, o.config.n_vocab);
     }

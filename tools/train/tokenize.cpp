@@ -6,37 +6,15 @@
 // chat path (encode_with_specials), for the chat-formatted training view.
 //   ds4-tokenize --vocab models/deepseek-v3-tokenizer.json.zst a.txt b.txt -o out/ [--specials]
 #include <CLI/CLI.hpp>
-#include <zstd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "common/error.h"
+#include "common/read_file.h"
 #include "tokenizer/hf_tokenizer_json.h"
 #include "tokenizer/tokenizer.h"
-
-namespace {
-
-/// Whole file; `.zst` files are decompressed (one frame with a known size, at most 1 GiB).
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) ds4::fail("{}: cannot open", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  std::string data = ss.str();
-  if (!path.ends_with(".zst")) return data;
-  const auto size = ZSTD_getFrameContentSize(data.data(), data.size());
-  if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (1u << 30))
-    ds4::fail("{}: not a zstd file with a known size", path);
-  std::string out(size, '\0');
-  const size_t got = ZSTD_decompress(out.data(), out.size(), data.data(), data.size());
-  if (ZSTD_isError(got) || got != size) ds4::fail("{}: zstd decompression failed", path);
-  return out;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Tokenizes text files with ds4's tokenizer into little-endian uint32 id files.",
@@ -50,11 +28,11 @@ int main(int argc, char** argv) {
   app.add_option("inputs", inputs, "UTF-8 text files")->required()->check(CLI::ExistingFile);
   CLI11_PARSE(app, argc, argv);
   try {
-    ds4::tok::Tokenizer tok(ds4::tok::vocab_from_hf_tokenizer_json(read_file(vocab_path), {}, vocab_path));
+    ds4::tok::Tokenizer tok(ds4::tok::vocab_from_hf_tokenizer_json(ds4::read_file_maybe_zstd(vocab_path), {}, vocab_path));
     std::filesystem::create_directories(out_dir);
     for (const auto& in : inputs) {
-      const std::vector<int32_t> ids = specials ? tok.encode_with_specials(read_file(in))
-                                                    : tok.encode_plain(read_file(in));
+      const std::vector<int32_t> ids = specials ? tok.encode_with_specials(ds4::read_file_maybe_zstd(in))
+                                                    : tok.encode_plain(ds4::read_file_maybe_zstd(in));
       const auto out = std::filesystem::path(out_dir) / (std::filesystem::path(in).stem().string() + ".u32");
       std::ofstream f(out, std::ios::binary);
       if (!f) ds4::fail("{}: cannot create", out.string());
