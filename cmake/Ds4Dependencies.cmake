@@ -1,5 +1,5 @@
 # Third-party libraries, all from Debian 12 (bookworm) packages; scripts/install-deps.sh installs them.
-# Versions are pinned to bookworm's (see docs/dependencies.md); a mismatch is a configure error.
+# Versions are pinned to bookworm's (the project's list: ../shared/docs/dependencies.md); a mismatch is a configure error.
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(fmt 9.1 REQUIRED)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs ds4's build and test dependencies from Debian 12 packages (apt), only when missing.
-# Runs as root or through sudo. Pinned versions: docs/dependencies.md.
+# Runs as root or through sudo. Pinned versions: cmake/Ds4Dependencies.cmake (chosen from the
+# project's shared list, ../shared/docs/dependencies.md).
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git clang libfuzzer-14-dev
       libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
