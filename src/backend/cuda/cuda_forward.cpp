@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -44,9 +45,16 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
                          const ExpertShard* shard)
     : c_(c), dw_(dw), ctx_(ctx) {
   if (ctx < 1) fail("context size {} must be at least 1 token", ctx);
+  // Limits of the kernels' shared-memory tables (router scores, HC combine matrix).
+  if (c.n_expert > 4096) fail("CUDA backend: {} experts exceed the supported 4096", c.n_expert);
+  if (c.n_hc > 16) fail("CUDA backend: {} hyper-connection streams exceed the supported 16", c.n_hc);
   n_pair_ = static_cast<int>(c.n_rot / 2);
   const char* g = std::getenv("DS4_CUDA_GRAPH");
   use_graphs_ = !(g && std::strcmp(g, "0") == 0);
+  if (StepProfile::requested()) {
+    prof_ = std::make_unique<StepProfile>();
+    use_graphs_ = false;
+  }
   if (shard) {
     if (!shard->reducer || shard->begin >= shard->end || shard->end > c.n_expert)
       fail("CUDA expert shard [{}, {}) is invalid for {} experts", shard->begin, shard->end, c.n_expert);
@@ -131,6 +139,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
 }
 
 CudaForward::~CudaForward() {
+  if (prof_) std::fputs(prof_->report().c_str(), stderr);
   for (auto& row : graphs_)
     for (cudaGraphExec_t g : row)
       if (g) cudaGraphExecDestroy(g);
@@ -194,7 +203,11 @@ void CudaForward::step(int64_t pos, float* logits) {
   StreamGuard guard(stream_);
   check(cudaMemcpyAsync(pos_.get(), positions_.get() + pos, sizeof(int64_t), cudaMemcpyDeviceToDevice, stream_),
         "position copy");
-  if (!use_graphs_) {
+  if (prof_) {
+    prof_->begin(stream_, 50000);  // 50 ms: the host queues ~3000 launches + events meanwhile
+    launch_step(indexer_on, want_logits);
+    prof_->end();
+  } else if (!use_graphs_) {
     launch_step(indexer_on, want_logits);
   } else {
     cudaGraphExec_t& exec = graphs_[indexer_on][want_logits];
@@ -221,30 +234,41 @@ void CudaForward::launch_step(bool indexer_on, bool logits) {
   // Embedding row looked up on the device, replicated into the n_hc streams (spec §3.2).
   embed(dw_.token_embd.data, dw_.token_embd.type, dw_.token_embd.row_bytes, tokens_.get(), pos_.get(),
         static_cast<int>(nh), static_cast<int64_t>(D), x_.get());
+  mark("embed");
   for (uint32_t il = 0; il < c_.n_layer; ++il) {
     attention_layer(il, indexer_on);
     ffn_layer(il);
   }
   if (logits) {  // output head (spec §3.6)
-    rms_norm(x_.get(), nullptr, flat_.get(), static_cast<int64_t>(c_.hc_dim()), 1, c_.rms_eps);
-    mv(dw_.output_hc_fn, flat_.get(), head_pre_.get());
+    hc_norm_mv(dw_.output_hc_fn, head_pre_.get());
     hc_output(head_pre_.get(), dw_.output_hc_scale.get(), dw_.output_hc_base.get(),
               static_cast<int>(nh), c_.hc_eps, x_.get(), static_cast<int64_t>(D), z_.get());
     rms_norm(z_.get(), dw_.output_norm.get(), z_.get(), static_cast<int64_t>(D), 1, c_.rms_eps);
+    mark("output_hc+norm");
     mv(dw_.output, z_.get(), logits_.get());
+    mark("output (head)");
   }
   // Every layer swaps x_/x_next_ twice, so a step ends on the buffers it started with and a
   // captured graph's pointers stay valid for the next step.
 }
 
+void CudaForward::hc_norm_mv(const DevMatrix& fn, float* out) {
+  const int64_t n = static_cast<int64_t>(c_.hc_dim());
+  if (!hc_norm_matvec(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x_.get(), c_.rms_eps, out)) {
+    rms_norm(x_.get(), nullptr, flat_.get(), n, 1, c_.rms_eps);
+    mv(fn, flat_.get(), out);
+  }
+}
+
 void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
-                         const DeviceArray<float>& base) {
-  rms_norm(x_.get(), nullptr, flat_.get(), static_cast<int64_t>(c_.hc_dim()), 1, c_.rms_eps);
-  mv(fn, flat_.get(), mix_.get());
+                         const DeviceArray<float>& base, const DeviceArray<float>& norm) {
+  hc_norm_mv(fn, mix_.get());
+  mark("hc_pre norm+fn matvec");
   hc_sinkhorn_pre(mix_.get(), scale.get(), base.get(), static_cast<int>(c_.n_hc),
                   static_cast<int>(c_.hc_sinkhorn_iter), c_.hc_eps, x_.get(),
                   static_cast<int64_t>(c_.n_embd), pre_.get(), post_.get(), comb_.get(),
-                  sub_in_.get());
+                  sub_in_.get(), norm.get(), c_.rms_eps, h_.get());
+  mark("hc_pre sinkhorn+sum+norm");
 }
 
 // Compressor projection + push (model::Compressor::push, spec §3.4.5/§3.4.7): store, then on
@@ -258,9 +282,11 @@ void CudaForward::push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w
   const int64_t width = (r == 4 ? 2 : 1) * d;
   mv(kv_w, h_.get(), ck_.get());
   mv(gate_w, h_.get(), cs_.get());
+  mark(indexer ? "indexer compressor matvecs" : "compressor matvecs");
   compressor_store(ck_.get(), cs_.get(), ape.get(), width, r, pos_.get(), state_kv.get(), state_score.get());
   compressor_emit(state_kv.get(), state_score.get(), r, d, norm.get(), c_.rms_eps, rope_comp_.get(), n_pair_,
                   indexer, d - c_.n_rot, pos_.get(), row_.get(), rows.get());
+  mark(indexer ? "indexer compressor store+emit" : "compressor store+emit");
 }
 
 void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
@@ -272,19 +298,24 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   const float* rope = ratio ? rope_comp_.get() : rope_dense_.get();
   const int64_t* pos = pos_.get();
 
-  hc_pre(L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base);
-  rms_norm(sub_in_.get(), L.attn_norm.get(), h_.get(), D, 1, c_.rms_eps);
+  hc_pre(L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, L.attn_norm);  // h_ = attn_norm(sub_in)
   // Query (spec §3.4.1).
   mv(L.attn_q_a, h_.get(), qr_.get());
+  mark("attn_q_a matvec");
   rms_norm(qr_.get(), L.attn_q_a_norm.get(), qr_.get(), QL, 1, c_.rms_eps);
+  mark("attn_q_a norm");
   mv(L.attn_q_b, qr_.get(), q_.get());
+  mark("attn_q_b matvec");
   rms_norm(q_.get(), nullptr, q_.get(), HD, nhead, c_.rms_eps);
   rope_tail(q_.get(), nhead, HD, rope, n_pair_, pos, false);
+  mark("q head norm+rope");
   // KV row (spec §3.4.2) into the raw ring.
   mv(L.attn_kv, h_.get(), kv_row_.get());
+  mark("attn_kv matvec");
   rms_norm(kv_row_.get(), L.attn_kv_a_norm.get(), kv_row_.get(), HD, 1, c_.rms_eps);
   rope_tail(kv_row_.get(), 1, HD, rope, n_pair_, pos, false);
   kv_store(kv_row_.get(), HD, c_.nope_dim(), kv.raw.get(), raw_cap_, pos);
+  mark("kv norm+rope+store");
   // Compressor and indexer (spec §3.4.5, §3.4.7).
   if (ratio)
     push_compressor(L.comp_kv, L.comp_gate, L.comp_ape, L.comp_norm, false, ratio, kv.comp_kv,
@@ -303,23 +334,32 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     const int IH = static_cast<int>(c_.n_indexer_head);
     mv(L.idx_q_b, qr_.get(), iq_.get());
     mv(L.idx_proj, h_.get(), iw_.get());
+    mark("indexer q_b+proj matvecs");
     rope_tail(iq_.get(), IH, ID, rope, n_pair_, pos, false);
     indexer_qat(iq_.get(), IH, ID);
+    mark("indexer rope+qat");
     const int64_t max_idx = ctx_ / 4 + 2;
     indexer_scores(iq_.get(), iw_.get(), IH, ID, kv.index.get(), pos, 4, max_idx, scores_.get());
+    mark("indexer scores");
     indexer_top_k(scores_.get(), pos, 4, max_idx, c_.indexer_top_k, top_k_.get());
+    mark("indexer top-k");
     sel = top_k_.get();
     n_sel = c_.indexer_top_k;
   }
   sink_attention(q_.get(), L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos,
                  kv.comp.get(), ratio, sel, n_sel, max_rows, att_scratch_.get(), attn_.get());
+  mark(ratio == 0 ? "attention (window)" : ratio == 4 ? "attention (ratio 4)" : "attention (ratio 128)");
   rope_tail(attn_.get(), nhead, HD, rope, n_pair_, pos, true);
+  mark("attn inverse rope");
   // Grouped low-rank output projection (spec §3.4.9): group g reads its heads' slice.
   const int64_t GI = c_.group_in_dim(), OL = c_.o_lora_rank;
   matvec(L.attn_output_a, 0, OL, OL, nullptr, static_cast<int>(c_.n_out_group), attn_.get(), GI,
          low_.get(), OL, act_.get());
+  mark("attn_output_a matvec");
   mv(L.attn_output_b, low_.get(), y_.get());
+  mark("attn_output_b matvec");
   hc_post(y_.get(), x_.get(), post_.get(), comb_.get(), static_cast<int>(c_.n_hc), D, x_next_.get());
+  mark("hc_post");
   std::swap(x_, x_next_);
 }
 
@@ -329,15 +369,16 @@ void CudaForward::ffn_layer(uint32_t il) {
   const int U = static_cast<int>(c_.n_expert_used);
   const float clamp = c_.swiglu_clamp_of(il);
 
-  hc_pre(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base);
-  rms_norm(sub_in_.get(), L.ffn_norm.get(), h_.get(), D, 1, c_.rms_eps);
+  hc_pre(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm);  // h_ = ffn_norm(sub_in)
   // Router (spec §3.5); expert ids stay on the device.
   mv(L.ffn_gate_inp, h_.get(), router_logits_.get());
+  mark("router matvec");
   const bool hash = c_.is_hash_layer(il);
   router(router_logits_.get(), static_cast<int>(c_.n_expert),
          L.exp_probs_b.size() ? L.exp_probs_b.get() : nullptr, hash ? L.tid2eid.get() : nullptr,
          tokens_.get(), pos_.get(), U, c_.expert_weight_scale, probs_.get(), sel_.get(), sel_w_.get(),
          order_.get());
+  mark("router select");
   // Routed experts: only the rows of experts sel[s] of each stacked tensor are read (with an
   // expert shard, only this rank's experts; the other slots come out as zeros).
   const int32_t* ids = sel_.get();
@@ -347,21 +388,32 @@ void CudaForward::ffn_layer(uint32_t il) {
     ids = local_sel_.get();
   }
   matvec(L.ffn_gate_exps, 0, FF, FF, ids, U, h_.get(), 0, gate_.get(), FF, act_.get());
+  mark("ffn_gate_exps matvec");
   matvec(L.ffn_up_exps, 0, FF, FF, ids, U, h_.get(), 0, up_.get(), FF, act_.get());
+  mark("ffn_up_exps matvec");
   swiglu(gate_.get(), up_.get(), U, FF, clamp, sel_w_.get(), mid_.get());
+  mark("swiglu");
   matvec(L.ffn_down_exps, 0, D, D, ids, U, mid_.get(), FF, down_.get(), D, act_.get());
+  mark("ffn_down_exps matvec");
   // Shared expert, then y = (routed outputs in ascending expert id) + shared.
   mv(L.ffn_gate_shexp, h_.get(), gate_.get());
   mv(L.ffn_up_shexp, h_.get(), up_.get());
+  mark("shexp gate+up matvecs");
   swiglu(gate_.get(), up_.get(), 1, FF, clamp, nullptr, mid_.get());
+  mark("swiglu");
   mv(L.ffn_down_shexp, mid_.get(), sh_down_.get());
+  mark("shexp down matvec");
   // Expert parallelism: each slot's output row is computed by exactly one rank and is zero on
   // the others, so summing the rows over ranks reproduces every value exactly (x + 0 = x), and
   // the combine below runs in the single-device order on every rank: bit-identical results.
-  if (shard_)
+  if (shard_) {
     shard_->reducer->all_reduce(shard_->rank, down_.get(), static_cast<size_t>(U) * D, launch_stream());
+    mark("expert all-reduce");
+  }
   moe_combine(down_.get(), order_.get(), U, D, sh_down_.get(), y_.get());
+  mark("moe combine");
   hc_post(y_.get(), x_.get(), post_.get(), comb_.get(), static_cast<int>(c_.n_hc), D, x_next_.get());
+  mark("hc_post");
   std::swap(x_, x_next_);
 }
 

@@ -6,12 +6,14 @@
 // position of one "variant" (indexer selection active or not, logits or not). Each variant is
 // captured once into a CUDA graph and replayed per token (one launch instead of ~3000); set
 // DS4_CUDA_GRAPH=0 in the environment to launch the kernels one by one instead (same kernels,
-// same results).
+// same results). DS4_CUDA_PROFILE=1 times every operation of every step instead (graphs off)
+// and prints the per-operation table to stderr when the session ends (step_profile.h).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/expert_parallel.h"
+#include "backend/cuda/step_profile.h"
 #include "model/config.h"
 #include "model/kv_state.h"
 
@@ -64,13 +67,19 @@ class CudaForward {
  private:
   void step(int64_t pos, float* logits);
   void launch_step(bool indexer_on, bool logits);  // the kernels of one step, on stream_
-  void hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale, const DeviceArray<float>& base);
+  // HC pre of one sublayer (spec §3.3) through the sublayer's input norm: h_ = norm(sub_in).
+  void hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale, const DeviceArray<float>& base,
+              const DeviceArray<float>& norm);
+  void hc_norm_mv(const DevMatrix& fn, float* out);  // out = fn · rms_norm_unweighted(x_)
   void attention_layer(uint32_t il, bool indexer_on);
   void ffn_layer(uint32_t il);
   void push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w, const DeviceArray<float>& ape,
                        const DeviceArray<float>& norm, bool indexer, uint32_t ratio,
                        DeviceArray<float>& state_kv, DeviceArray<float>& state_score,
                        DeviceArray<float>& rows);
+  void mark(const char* op) {  // end of operation `op` (DS4_CUDA_PROFILE)
+    if (prof_) prof_->mark(op);
+  }
   void mv(const DevMatrix& w, const float* x, float* y) {
     matvec(w, 0, w.rows, 0, nullptr, 1, x, 0, y, 0, act_.get());
   }
@@ -82,6 +91,7 @@ class CudaForward {
   int n_pair_;
   int64_t max_comp_ = 0;  // most compressed rows of any layer
   bool use_graphs_ = true;
+  std::unique_ptr<StepProfile> prof_;  // DS4_CUDA_PROFILE set: per-operation times, graphs off
   cudaStream_t stream_ = nullptr;
   cudaGraphExec_t graphs_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};  // [indexer_on][logits]
   std::vector<DevLayerKv> kv_;

@@ -48,10 +48,19 @@ void matvec(const DevMatrix& w, int64_t row0, int64_t n_rows, int64_t group_rows
 void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int n_rows, float eps);
 
 /// HC pre tail (model::hc_split_sinkhorn + hc_weighted_sum): from mix [hc_mix] computes
-/// pre/post [n_hc] and comb [n_hc^2], then sub_in [d] = sum_r pre[r] * x[r*d ..].
+/// pre/post [n_hc] and comb [n_hc^2], then sub_in [d] = sum_r pre[r] * x[r*d ..], and when
+/// norm_w is non-null h [d] = rms_norm(sub_in, norm_w, norm_eps) (the sublayer's input norm).
+/// n_hc <= 16.
 void hc_sinkhorn_pre(const float* mix, const float* scale, const float* base, int n_hc,
                      int iters, float eps, const float* x, int64_t d, float* pre, float* post,
-                     float* comb, float* sub_in);
+                     float* comb, float* sub_in, const float* norm_w, float norm_eps, float* h);
+
+/// mix [rows] = W · rms_norm_unweighted(x [cols], eps) for an F32/F16/BF16 matrix (type, data
+/// w, row_bytes per row; model::hc_pre's norm + projection, the same values as rms_norm then
+/// matvec), one launch. Returns false (nothing launched) for other types, unaligned pointers or
+/// rows too long for shared memory; the caller then uses rms_norm + matvec.
+bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                    const float* x, float eps, float* y);
 
 /// HC post (model::hc_post): out [n_hc*d] from y [d], x [n_hc*d], post, comb.
 void hc_post(const float* y, const float* x, const float* post, const float* comb, int n_hc,
@@ -84,7 +93,8 @@ void compressor_emit(float* state_kv, float* state_score, uint32_t ratio, int64_
                      float eps, const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,
                      const int64_t* pos, float* row, float* rows);
 
-/// Indexer QAT (model::indexer_qat_row) on n_rows rows of dim: Hadamard then FP4 round trip.
+/// Indexer QAT (model::indexer_qat_row) on n_rows rows of dim (a power of two, dim floats of
+/// shared memory per block): Hadamard then FP4 round trip.
 void indexer_qat(float* x, int n_rows, int64_t dim);
 
 /// Token embedding (quant::dequantize_row of row tokens[*pos] of `table`, type F32/F16/BF16/
@@ -102,8 +112,8 @@ void synth_fill(const synth::SynthParams& params, uint8_t* out, uint64_t n_block
 void indexer_scores(const float* q, const float* w, int n_head, int64_t dim, const float* rows,
                     const int64_t* pos, uint32_t ratio, int64_t max_rows, float* scores);
 
-/// Top-k rows (model::indexer_select_top_k) of the n = (*pos + 1) / ratio scores (n > k),
-/// ascending row ids into sel [k]; sel holds max_rows + k values (flags after the ids).
+/// Top-k rows (model::indexer_select_top_k) of the n = (*pos + 1) / ratio scores, ascending row
+/// ids into sel [min(n, k)] (one block, radix select on order-preserving keys; max_rows unused).
 void indexer_top_k(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows,
                    int64_t k, uint32_t* sel);
 
@@ -137,5 +147,9 @@ void moe_combine(const float* down, const int32_t* order, int n_used, int64_t d,
 void localize_experts(const int32_t* sel, int n_used, int begin, int end, int32_t* local);
 /// y[j] = slots[0][j] + slots[1][j] + ... (n_slots rows of n, summed in row order).
 void sum_slots(const float* slots, int n_slots, int64_t n, float* y);
+
+/// One thread that sleeps about `us` microseconds on the device (the step profiler queues a
+/// step's launches behind it).
+void device_sleep(int64_t us);
 
 }  // namespace ds4::cuda

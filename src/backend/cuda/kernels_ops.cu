@@ -24,37 +24,32 @@ unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1)
 __device__ float exp_f(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
 __device__ float log1p_f(float x) { return static_cast<float>(log1p(static_cast<double>(x))); }
 
-// model::detail::dot_f32: 8 interleaved partial sums, fixed tree, serial tail.
-__device__ float dot8(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[i + l];
-  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 // model::rms_norm family; one block per row. The f64 sum of squares is a block-wide tree here
 // (the CPU's detail::sum_squares_f64 uses 4 sequential f64 lanes): the two differ by f64
 // rounding only (relative ~1e-16), far below the f32 rounding of mean + eps that follows, so the
 // f32 scale almost always agrees bit for bit (docs/parity.md).
 // 1/sqrt(mean(x^2) + eps) of x[0, dim), computed by the whole block (blockDim.x == kThreads).
-__device__ float block_rms_scale(const float* xr, int64_t dim, float eps) {
-  __shared__ double part[kThreads / 32];
+// 1/sqrt(mean + eps) from this thread's share `acc` of the f64 sum of squares of `dim` values
+// (any block size that is a multiple of 32, up to 1024).
+__device__ float block_rms_from_partial(double acc, int64_t dim, float eps) {
+  __shared__ double part[32];
   __shared__ float scale;
-  double acc = 0;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) acc += static_cast<double>(xr[i]) * xr[i];
   for (int off = 16; off >= 1; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = acc;
   __syncthreads();
   if (threadIdx.x == 0) {
     double s = 0;
-    for (int k = 0; k < kThreads / 32; ++k) s += part[k];
+    for (int k = 0; k < static_cast<int>(blockDim.x / 32); ++k) s += part[k];
     scale = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(dim)) + eps);
   }
   __syncthreads();
   return scale;
+}
+
+__device__ float block_rms_scale(const float* xr, int64_t dim, float eps) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) acc += static_cast<double>(xr[i]) * xr[i];
+  return block_rms_from_partial(acc, dim, eps);
 }
 
 __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int64_t dim, float eps) {
@@ -87,14 +82,19 @@ __global__ void embed_kernel(const uint8_t* table, uint32_t type, size_t row_byt
   for (int r = 0; r < n_hc; ++r) x[r * d + i] = v;
 }
 
-// Thread t < n owns pre/post value t, row t (softmax, row normalisation) and column t (column
-// normalisation) of the combine matrix in shared memory; each sum runs in the CPU's order.
+// Warp 0 computes the split and the Sinkhorn iterations: thread t < n owns pre/post value t,
+// row t (softmax, row normalisation) and column t (column normalisation) of the combine matrix
+// in shared memory; each sum runs in the CPU's order. Then the whole block forms
+// sub_in = sum_r pre[r] * x[r] and, with norm_w, h = rms_norm(sub_in) * norm_w (the layer's
+// attn_norm / ffn_norm, model::rms_norm), so the step needs no separate norm launch.
 __global__ void hc_sinkhorn_pre_kernel(const float* mix, const float* scale, const float* base,
                                        int n, int iters, float eps, const float* x, int64_t d,
-                                       float* pre, float* post, float* comb, float* sub_in) {
+                                       float* pre, float* post, float* comb, float* sub_in,
+                                       const float* norm_w, float norm_eps, float* h) {
   __shared__ float s_pre[16];
   __shared__ float m[256];
   const int t = threadIdx.x;
+  if (t < 32) {
   if (t < n) {
     const float z = mix[t] * scale[0] + base[t];
     pre[t] = s_pre[t] = 1.0f / (1.0f + exp_f(-z)) + eps;
@@ -116,7 +116,7 @@ __global__ void hc_sinkhorn_pre_kernel(const float* mix, const float* scale, con
     const float inv = 1.0f / sum;
     for (int c = 0; c < n; ++c) row[c] = row[c] * inv + eps;
   }
-  __syncthreads();
+  __syncwarp();
   for (int it = 0; it < iters; ++it) {
     if (it > 0) {
       if (t < n) {
@@ -126,7 +126,7 @@ __global__ void hc_sinkhorn_pre_kernel(const float* mix, const float* scale, con
         const float inv = 1.0f / (sum + eps);
         for (int c = 0; c < n; ++c) row[c] *= inv;
       }
-      __syncthreads();
+      __syncwarp();
     }
     if (t < n) {
       float sum = 0.0f;
@@ -134,15 +134,70 @@ __global__ void hc_sinkhorn_pre_kernel(const float* mix, const float* scale, con
       const float inv = 1.0f / (sum + eps);
       for (int r = 0; r < n; ++r) m[t + n * r] *= inv;
     }
-    __syncthreads();
+    __syncwarp();
   }
-  for (int i = t; i < n * n; i += blockDim.x) comb[i] = m[i];
+  for (int i = t; i < n * n; i += 32) comb[i] = m[i];
+  }
   __syncthreads();
-  for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < d; i += gridDim.x * blockDim.x) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     float o = 0.0f;
     for (int r = 0; r < n; ++r) o += x[r * d + i] * s_pre[r];
     sub_in[i] = o;
+    acc += static_cast<double>(o) * o;
   }
+  if (!norm_w) return;  // uniform: the whole block returns
+  const float sc = block_rms_from_partial(acc, d, norm_eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) h[i] = sub_in[i] * sc * norm_w[i];
+}
+
+// HC projection with its input norm (rms_norm_unweighted then a float-matrix vec_dot), one block
+// per output row: the block stages x (computing the f64 sum of squares on the way) and the
+// row in shared memory, scales x in place, then lanes 0..15 of warp 0 run quant::ref's 16 lane
+// chains (element i into lane i mod 16) and its tree. 24-row HC matrices thereby cost one
+// launch and ~2 shared-memory passes instead of a norm launch and a 3-block matvec.
+template <uint32_t kType>  // ggml type: F32 (0), F16 (1), BF16 (30)
+__device__ float load_float_w(const uint8_t* w, int64_t i) {
+  if constexpr (kType == 0) return reinterpret_cast<const float*>(w)[i];
+  else if constexpr (kType == 1) return __half2float(__ushort_as_half(reinterpret_cast<const uint16_t*>(w)[i]));
+  else return __uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(w)[i]) << 16);  // BF16
+}
+
+template <uint32_t kType>
+__global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_t cols, const float* x,
+                                      float eps, float* y) {
+  extern __shared__ __align__(16) uint8_t hc_smem[];
+  float* flat = reinterpret_cast<float*>(hc_smem);
+  uint8_t* wrow = hc_smem + cols * 4;
+  const uint8_t* src = w + blockIdx.x * row_bytes;
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
+    const float4 v = reinterpret_cast<const float4*>(x)[i];
+    reinterpret_cast<float4*>(flat)[i] = v;
+    acc += static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y +
+           static_cast<double>(v.z) * v.z + static_cast<double>(v.w) * v.w;
+  }
+  for (int64_t i = threadIdx.x; i < static_cast<int64_t>(row_bytes / 16); i += blockDim.x)
+    reinterpret_cast<uint4*>(wrow)[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
+  const float sc = block_rms_from_partial(acc, cols, eps);  // synchronises the block
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) flat[i] = flat[i] * sc;
+  __syncthreads();
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  float a = 0.0f;
+  if (lane < 16) {
+    int64_t i = lane;
+    for (; i + 16 * 7 < cols; i += 16 * 8) {
+      float p[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) p[u] = load_float_w<kType>(wrow, i + 16 * u) * flat[i + 16 * u];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) a = a + p[u];
+    }
+    for (; i < cols; i += 16) a = a + load_float_w<kType>(wrow, i) * flat[i];
+  }
+  for (int off = 8; off >= 1; off >>= 1) a = a + __shfl_down_sync(0xffffffffu, a, off);
+  if (lane == 0) y[blockIdx.x] = a;
 }
 
 __global__ void hc_post_kernel(const float* y, const float* x, const float* post,
@@ -275,11 +330,35 @@ __device__ void qat_row(float* v, int64_t dim) {
   for (int64_t off = 0; off < dim; off += 32) round_trip_block<false>(v + off, 32);
 }
 
-// One thread per row.
-__global__ void indexer_qat_kernel(float* x, int n_rows, int64_t dim) {
-  const int r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= n_rows) return;
-  qat_row(x + static_cast<int64_t>(r) * dim, dim);
+// qat_row by the whole block on `v` in shared memory: each butterfly stage's pairs are
+// disjoint, so running a stage's pairs in parallel gives the serial result exactly; the scale is
+// elementwise and each FP4 block of 32 is one thread's sequential round trip.
+__device__ void block_qat_row(float* v, int64_t dim) {
+  for (int64_t stride = 1; stride < dim; stride <<= 1) {
+    for (int64_t p = threadIdx.x; p < dim / 2; p += blockDim.x) {
+      const int64_t base = p / stride * 2 * stride, i = p % stride;
+      const float a = v[base + i];
+      const float b = v[base + stride + i];
+      v[base + i] = a + b;
+      v[base + stride + i] = a - b;
+    }
+    __syncthreads();
+  }
+  const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(dim)));
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) v[i] *= scale;
+  __syncthreads();
+  for (int64_t off = 32 * threadIdx.x; off < dim; off += 32 * blockDim.x) round_trip_block<false>(v + off, 32);
+  __syncthreads();
+}
+
+// One block per row, the row staged in shared memory (dim floats).
+__global__ void indexer_qat_kernel(float* x, int64_t dim) {
+  extern __shared__ float qat_smem[];
+  float* row = x + blockIdx.x * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) qat_smem[i] = row[i];
+  __syncthreads();
+  block_qat_row(qat_smem, dim);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) row[i] = qat_smem[i];
 }
 
 __global__ void compressor_store_kernel(const float* kv, const float* score, const float* ape,
@@ -327,6 +406,8 @@ __device__ float pool_value(const float* kv, const float* sc, uint32_t ratio, in
   return denom > 0.0f ? sum / denom : 0.0f;
 }
 
+constexpr int kMaxQatDim = 1024;  // indexer rows up to this size are quantized in shared memory
+
 // Compressor emission (model::Compressor::push after the store, spec §3.4.5/§3.4.7), one block,
 // a no-op unless (pos + 1) % ratio == 0: pool the frontier into `row`, RMS-norm it with `norm`,
 // rotate its tail at the row's first position (pos + 1 - ratio), quantize (FP8 on the first
@@ -347,7 +428,15 @@ __global__ void compressor_emit_kernel(float* kv, float* sc, uint32_t ratio, int
   for (int k = threadIdx.x; k < n_pair; k += blockDim.x) rope_pair(row + d - 2 * n_pair, cs, n_pair, k, 1.0f);
   __syncthreads();
   if (indexer) {
-    if (threadIdx.x == 0) qat_row(row, d);
+    __shared__ float qbuf[kMaxQatDim];
+    if (d <= kMaxQatDim) {
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) qbuf[j] = row[j];
+      __syncthreads();
+      block_qat_row(qbuf, d);
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) row[j] = qbuf[j];
+    } else if (threadIdx.x == 0) {
+      qat_row(row, d);
+    }
   } else {
     for (int64_t b = threadIdx.x; b < (n_fp8 + 63) / 64; b += blockDim.x)
       round_trip_block<true>(row + b * 64, n_fp8 - b * 64 < 64 ? n_fp8 - b * 64 : 64);
@@ -369,6 +458,7 @@ __global__ void compressor_emit_kernel(float* kv, float* sc, uint32_t ratio, int
 __device__ float dot8_lanes(const float* a, const float* b, int64_t n, int l) {
   const int64_t full = n / 8 * 8;
   float acc = 0.0f;
+#pragma unroll 8
   for (int64_t i = l; i < full; i += 8) acc += a[i] * b[i];
   acc = acc + __shfl_down_sync(0xffffffffu, acc, 4, 8);  // l<4: acc[l] + acc[l+4]
   acc = acc + __shfl_down_sync(0xffffffffu, acc, 1, 8);  // l=0: (0+4)+(1+5); l=2: (2+6)+(3+7)
@@ -378,74 +468,145 @@ __device__ float dot8_lanes(const float* a, const float* b, int64_t n, int l) {
   return acc;
 }
 
-// One warp per compressed row; lane h (mod 32) takes heads h, h+32, ...; the head terms are
-// summed in head order as model::indexer_scores does.
+// model::detail::dot_f32 (8 interleaved partial sums, fixed tree, serial tail) with b read at
+// stride `bs` (b[i * bs]).
+__device__ float dot8_strided(const float* a, const float* b, int bs, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+#pragma unroll
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[(i + l) * bs];
+  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i * bs];
+  return s;
+}
+
+// One warp per compressed row (grid-stride); lane h (mod 32) takes heads h, h+32, ...; the head
+// terms are summed in head order as model::indexer_scores does. The queries sit transposed in
+// shared memory ([dim][n_head]), so the lanes' reads of one query element are consecutive words
+// and the row's elements are one broadcast read per warp.
 __global__ void indexer_scores_kernel(const float* q, const float* w, int n_head, int64_t dim,
                                       const float* rows, const int64_t* pos, uint32_t ratio,
                                       float* scores) {
-  const int64_t n_rows = (*pos + 1) / ratio;
-  const int64_t c = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
-  const int lane = threadIdx.x & 31;
-  if (c >= n_rows) return;
-  const float scale = 1.0f / sqrtf(static_cast<float>(dim * n_head));
-  const float* row = rows + c * dim;
-  float s = 0.0f;
-  for (int h0 = 0; h0 < n_head; h0 += 32) {
-    const int h = h0 + lane;
-    float t = 0.0f;
-    if (h < n_head) t = fmaxf(dot8(row, q + h * dim, dim), 0.0f) * (w[h] * scale);
-    const int cnt = n_head - h0 < 32 ? n_head - h0 : 32;
-    for (int k = 0; k < cnt; ++k) s += __shfl_sync(0xffffffffu, t, k);
-  }
-  if (lane == 0) scores[c] = s;
-}
-
-// Rank of each row under "higher score first, NaN last, lower id on ties"; the k best are
-// marked, then compacted in ascending id order.
-__device__ bool higher(const float* s, int64_t a, int64_t b) {
-  const float sa = s[a], sb = s[b];
-  const bool na = isnan(sa), nb = isnan(sb);
-  if (na != nb) return nb;
-  if (!na && sa != sb) return sa > sb;
-  return a < b;
-}
-
-__global__ void top_k_rank_kernel(const float* s, const int64_t* pos, uint32_t ratio, int64_t k,
-                                  uint32_t* flag) {
-  const int64_t n = (*pos + 1) / ratio;
-  const int64_t a = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (a >= n) return;
-  int64_t rank = 0;
-  for (int64_t b = 0; b < n && rank < k; ++b)
-    if (b != a && higher(s, b, a)) ++rank;
-  flag[a] = rank < k ? 1u : 0u;
-}
-
-// Ascending ids of the flagged rows: each of the block's threads counts a contiguous range,
-// an exclusive scan gives its first output slot.
-__global__ void top_k_compact_kernel(const uint32_t* flag, const int64_t* pos, uint32_t ratio,
-                                     uint32_t* sel) {
-  __shared__ int64_t offs[1024];
-  const int64_t n = (*pos + 1) / ratio;
-  const int t = threadIdx.x, nt = blockDim.x;
-  const int64_t per = (n + nt - 1) / nt;
-  const int64_t lo = t * per, hi = lo + per < n ? lo + per : n;
-  int64_t cnt = 0;
-  for (int64_t a = lo; a < hi; ++a) cnt += flag[a];
-  offs[t] = cnt;
+  extern __shared__ float qt[];
+  for (int64_t k = threadIdx.x; k < n_head * dim; k += blockDim.x) qt[(k % dim) * n_head + k / dim] = q[k];
   __syncthreads();
-  if (t == 0) {
-    int64_t run = 0;
-    for (int k = 0; k < nt; ++k) {
-      const int64_t c = offs[k];
-      offs[k] = run;
-      run += c;
+  const int64_t n_rows = (*pos + 1) / ratio;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = blockDim.x / 32;
+  const float scale = 1.0f / sqrtf(static_cast<float>(dim * n_head));
+  for (int64_t c = blockIdx.x * warps + threadIdx.x / 32; c < n_rows; c += gridDim.x * warps) {
+    const float* row = rows + c * dim;
+    float s = 0.0f;
+    for (int h0 = 0; h0 < n_head; h0 += 32) {
+      const int h = h0 + lane;
+      float t = 0.0f;
+      if (h < n_head) t = fmaxf(dot8_strided(row, qt + h, n_head, dim), 0.0f) * (w[h] * scale);
+      const int cnt = n_head - h0 < 32 ? n_head - h0 : 32;
+      for (int k = 0; k < cnt; ++k) s += __shfl_sync(0xffffffffu, t, k);
+    }
+    if (lane == 0) scores[c] = s;
+  }
+}
+
+// Top-k by radix select (model::indexer_select_top_k's order: higher score first, NaN last,
+// lower id on ties; output in ascending id order), one block of kTopKThreads threads.
+// Each score maps to a 32-bit key that orders like the scores (NaN lowest, -0 == +0); four
+// 8-bit histogram passes find the k-th largest key T; the rows with key > T and the first
+// (by id) rows with key == T that complete k are then written in id order: each thread owns a
+// contiguous id range, and exclusive scans of the per-thread counts give its output slots.
+constexpr int kTopKThreads = 1024;
+
+__device__ uint32_t score_key(float v) {
+  if (isnan(v)) return 0u;
+  const uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // -inf -> 0x007fffff > 0
+}
+
+// Exclusive prefix sum of v over the block (blockDim.x == kTopKThreads); *total gets the sum.
+__device__ int64_t block_exclusive_scan(int64_t v, int64_t* total) {
+  __shared__ int64_t warp_sum[kTopKThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  int64_t inc = v;
+  for (int off = 1; off < 32; off <<= 1) {
+    const int64_t o = __shfl_up_sync(0xffffffffu, inc, off);
+    if (lane >= off) inc += o;
+  }
+  if (lane == 31) warp_sum[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    int64_t w = warp_sum[lane];
+    for (int off = 1; off < 32; off <<= 1) {
+      const int64_t o = __shfl_up_sync(0xffffffffu, w, off);
+      if (lane >= off) w += o;
+    }
+    warp_sum[lane] = w;  // inclusive
+  }
+  __syncthreads();
+  const int64_t before = (warp ? warp_sum[warp - 1] : 0) + inc - v;
+  *total = warp_sum[kTopKThreads / 32 - 1];
+  __syncthreads();
+  return before;
+}
+
+__global__ void top_k_kernel(const float* s, const int64_t* pos, uint32_t ratio, int64_t k, uint32_t* sel) {
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t s_prefix;
+  __shared__ int64_t s_remaining;
+  const int64_t n = (*pos + 1) / ratio;
+  const int t = threadIdx.x;
+  if (n <= k) {
+    for (int64_t a = t; a < n; a += blockDim.x) sel[a] = static_cast<uint32_t>(a);
+    return;
+  }
+  uint32_t prefix = 0, mask = 0;
+  if (t == 0) s_remaining = k;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = t; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (int64_t a = t; a < n; a += blockDim.x) {
+      const uint32_t key = score_key(s[a]);
+      const bool in = (key & mask) == prefix;
+      const uint32_t digit = in ? (key >> shift) & 255u : 256u + (threadIdx.x & 31);
+      // Lanes with the same digit add once (the top digits of nearby scores often coincide).
+      const uint32_t peers = __match_any_sync(__activemask(), digit);
+      if (in && (__ffs(peers) - 1) == (threadIdx.x & 31)) atomicAdd(&hist[digit], __popc(peers));
+    }
+    __syncthreads();
+    if (t == 0) {
+      int64_t rem = s_remaining;
+      int d = 255;
+      for (; d > 0 && hist[d] < rem; --d) rem -= hist[d];
+      s_remaining = rem;
+      s_prefix = prefix | (static_cast<uint32_t>(d) << shift);
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    mask |= 255u << shift;
+  }
+  const uint32_t T = prefix;        // the k-th largest key
+  const int64_t take_eq = s_remaining;  // rows with key == T to take, lowest ids first
+  const int64_t per = (n + blockDim.x - 1) / blockDim.x;
+  const int64_t lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
+  int64_t gt = 0, eq = 0;
+  for (int64_t a = lo; a < hi; ++a) {
+    const uint32_t key = score_key(s[a]);
+    gt += key > T;
+    eq += key == T;
+  }
+  int64_t total;
+  int64_t gt_before = block_exclusive_scan(gt, &total);
+  int64_t eq_before = block_exclusive_scan(eq, &total);
+  for (int64_t a = lo; a < hi; ++a) {
+    const uint32_t key = score_key(s[a]);
+    if (key > T) {
+      sel[gt_before + (eq_before < take_eq ? eq_before : take_eq)] = static_cast<uint32_t>(a);
+      ++gt_before;
+    } else if (key == T) {
+      if (eq_before < take_eq) sel[gt_before + eq_before] = static_cast<uint32_t>(a);
+      ++eq_before;
     }
   }
-  __syncthreads();
-  int64_t m = offs[t];
-  for (int64_t a = lo; a < hi; ++a)
-    if (flag[a]) sel[m++] = static_cast<uint32_t>(a);
 }
 
 // Rows attended at position *pos (model::sink_attention): the raw window [lo, pos] of at most
@@ -517,21 +678,36 @@ __global__ void attn_combine_kernel(const float* sinks, int64_t dim, const float
   __syncthreads();
   if (threadIdx.x == 0) {
     float denom = exp_f(sinks[h] - mx);
+#pragma unroll 8
     for (int64_t j = 0; j < n_rows; ++j) denom += score[j];
     s_inv = 1.0f / denom;
   }
   __syncthreads();
   float* oh = out + h * dim;
   const int64_t n_c = n_rows - a.n_win;
+  // Each output value sums the rows in order: the window as (at most two) contiguous ring
+  // segments, then the compressed rows. The loops are unrolled so each thread has 8 row loads in
+  // flight (a sequential chain of L2 round trips otherwise).
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    float o = 0.0f;  // rows in order: the window (ring slots walked without a modulo), then compressed
-    int64_t slot = a.lo % raw_cap;
-    for (int64_t j = 0; j < a.n_win; ++j) {
-      o += score[j] * raw[slot * dim + i];
-      if (++slot == raw_cap) slot = 0;
+    float o = 0.0f;
+    int64_t slot = a.lo % raw_cap, j = 0;
+    while (j < a.n_win) {
+      const int64_t seg = a.n_win - j < raw_cap - slot ? a.n_win - j : raw_cap - slot;
+      const float* base = raw + slot * dim + i;
+      const float* sc = score + j;
+#pragma unroll 8
+      for (int64_t t = 0; t < seg; ++t) o += sc[t] * base[t * dim];
+      j += seg;
+      slot = 0;
     }
-    for (int64_t c = 0; c < n_c; ++c)
-      o += score[a.n_win + c] * comp[(sel ? static_cast<int64_t>(sel[c]) : c) * dim + i];
+    const float* sc = score + a.n_win;
+    if (sel) {
+#pragma unroll 8
+      for (int64_t c = 0; c < n_c; ++c) o += sc[c] * comp[static_cast<int64_t>(sel[c]) * dim + i];
+    } else {
+#pragma unroll 8
+      for (int64_t c = 0; c < n_c; ++c) o += sc[c] * comp[c * dim + i];
+    }
     oh[i] = o * s_inv;
   }
 }
@@ -542,10 +718,19 @@ __device__ float softplus(float z) {
   return log1p_f(exp_f(z));
 }
 
+// The probabilities and selection scores live in shared memory (2n floats): the rank loop reads
+// every expert's score once per expert, which from global memory was a chain of L2 round trips.
 __global__ void router_kernel(const float* logits, int n, const float* bias, const int32_t* tid2eid,
-                              const int32_t* tokens, const int64_t* pos, int k, float scale, float* p,
+                              const int32_t* tokens, const int64_t* pos, int k, float scale, float* p_out,
                               int32_t* sel, float* weights, int32_t* order) {
-  for (int e = threadIdx.x; e < n; e += blockDim.x) p[e] = sqrtf(softplus(logits[e]));
+  extern __shared__ float router_smem[];
+  float* p = router_smem;
+  float* biased = router_smem + n;
+  for (int e = threadIdx.x; e < n; e += blockDim.x) {
+    p[e] = sqrtf(softplus(logits[e]));
+    p_out[e] = p[e];
+    biased[e] = bias ? p[e] + bias[e] : p[e];
+  }
   __syncthreads();
   if (tid2eid) {
     if (threadIdx.x == 0) {
@@ -557,12 +742,11 @@ __global__ void router_kernel(const float* logits, int n, const float* bias, con
     // NaN last, earlier expert first on ties): expert e lands in slot rank(e) when that is < k.
     auto beats = [](float a, float b) { return a > b || (isnan(b) && !isnan(a)); };
     for (int e = threadIdx.x; e < n; e += blockDim.x) {
-      const float s = bias ? p[e] + bias[e] : p[e];
+      const float s = biased[e];
       int rank = 0;
-      for (int o = 0; o < n && rank < k; ++o) {
-        if (o == e) continue;
-        const float so = bias ? p[o] + bias[o] : p[o];
-        if (beats(so, s) || (o < e && !beats(s, so))) ++rank;
+      for (int o = 0; o < n; ++o) {
+        const float so = biased[o];
+        rank += o != e && (beats(so, s) || (o < e && !beats(s, so)));
       }
       if (rank < k) sel[rank] = e;
     }
@@ -631,7 +815,13 @@ __global__ void sum_slots_kernel(const float* slots, int n_slots, int64_t n, flo
   y[j] = m;
 }
 
+__global__ void sleep_kernel(int64_t us) {
+  for (int64_t i = 0; i < us; ++i) __nanosleep(1000);
+}
+
 }  // namespace
+
+void device_sleep(int64_t us) { sleep_kernel<<<1, 1, 0, stream()>>>(us); }
 
 void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int n_rows, float eps) {
   rms_norm_kernel<<<n_rows, kThreads, 0, stream()>>>(x, weight, out, dim, eps);
@@ -639,9 +829,31 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int 
 
 void hc_sinkhorn_pre(const float* mix, const float* scale, const float* base, int n_hc, int iters,
                      float eps, const float* x, int64_t d, float* pre, float* post, float* comb,
-                     float* sub_in) {
-  hc_sinkhorn_pre_kernel<<<1, kThreads, 0, stream()>>>(mix, scale, base, n_hc, iters, eps, x, d, pre,
-                                                       post, comb, sub_in);
+                     float* sub_in, const float* norm_w, float norm_eps, float* h) {
+  hc_sinkhorn_pre_kernel<<<1, 1024, 0, stream()>>>(mix, scale, base, n_hc, iters, eps, x, d, pre, post,
+                                                   comb, sub_in, norm_w, norm_eps, h);
+}
+
+bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                    const float* x, float eps, float* y) {
+  const int wb = type == 0 ? 4 : (type == 1 || type == 30) ? 2 : 0;
+  const size_t smem = static_cast<size_t>(cols) * 4 + row_bytes;
+  if (wb == 0 || cols % 16 != 0 || row_bytes != static_cast<size_t>(cols) * wb || smem > 200 * 1024 ||
+      reinterpret_cast<uintptr_t>(w) % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 || rows <= 0)
+    return false;
+  static bool attr_set = false;  // > 48 KiB of dynamic shared memory needs an opt-in (once)
+  if (!attr_set) {
+    for (const void* f : {reinterpret_cast<const void*>(hc_norm_matvec_kernel<0>),
+                          reinterpret_cast<const void*>(hc_norm_matvec_kernel<1>),
+                          reinterpret_cast<const void*>(hc_norm_matvec_kernel<30>)})
+      cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    attr_set = true;
+  }
+  const unsigned grid = static_cast<unsigned>(rows);
+  if (type == 0) hc_norm_matvec_kernel<0><<<grid, 1024, smem, stream()>>>(w, row_bytes, cols, x, eps, y);
+  else if (type == 1) hc_norm_matvec_kernel<1><<<grid, 1024, smem, stream()>>>(w, row_bytes, cols, x, eps, y);
+  else hc_norm_matvec_kernel<30><<<grid, 1024, smem, stream()>>>(w, row_bytes, cols, x, eps, y);
+  return true;
 }
 
 void hc_post(const float* y, const float* x, const float* post, const float* comb, int n_hc,
@@ -678,21 +890,27 @@ void compressor_emit(float* state_kv, float* state_score, uint32_t ratio, int64_
 }
 
 void indexer_qat(float* x, int n_rows, int64_t dim) {
-  indexer_qat_kernel<<<blocks_for(n_rows), kThreads, 0, stream()>>>(x, n_rows, dim);
+  if (n_rows <= 0) return;
+  indexer_qat_kernel<<<n_rows, 128, dim * sizeof(float), stream()>>>(x, dim);
 }
 
 void indexer_scores(const float* q, const float* w, int n_head, int64_t dim, const float* rows,
                     const int64_t* pos, uint32_t ratio, int64_t max_rows, float* scores) {
-  indexer_scores_kernel<<<blocks_for(32 * max_rows), kThreads, 0, stream()>>>(q, w, n_head, dim, rows,
-                                                                              pos, ratio, scores);
+  const size_t smem = static_cast<size_t>(n_head) * dim * sizeof(float);
+  static bool attr_set = false;  // > 48 KiB of dynamic shared memory needs an opt-in (once)
+  if (!attr_set) {
+    cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    attr_set = true;
+  }
+  const int64_t blocks = (max_rows + 7) / 8;  // 8 warps (rows) per block at most
+  indexer_scores_kernel<<<static_cast<unsigned>(blocks < 264 ? blocks : 264), kThreads, smem, stream()>>>(
+      q, w, n_head, dim, rows, pos, ratio, scores);
 }
 
 void indexer_top_k(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows, int64_t k,
                    uint32_t* sel) {
-  // The flags live past the k selected ids in `sel` (the caller sizes it max_rows + k).
-  uint32_t* flag = sel + k;
-  top_k_rank_kernel<<<blocks_for(max_rows), kThreads, 0, stream()>>>(scores, pos, ratio, k, flag);
-  top_k_compact_kernel<<<1, 1024, 0, stream()>>>(flag, pos, ratio, sel);
+  (void)max_rows;
+  top_k_kernel<<<1, kTopKThreads, 0, stream()>>>(scores, pos, ratio, k, sel);
 }
 
 void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
@@ -714,8 +932,8 @@ void embed(const uint8_t* table, uint32_t type, size_t row_bytes, const int32_t*
 void router(const float* logits, int n_expert, const float* bias, const int32_t* tid2eid,
             const int32_t* tokens, const int64_t* pos, int n_used, float scale, float* probs,
             int32_t* sel, float* weights, int32_t* order) {
-  router_kernel<<<1, kThreads, 0, stream()>>>(logits, n_expert, bias, tid2eid, tokens, pos, n_used, scale,
-                                              probs, sel, weights, order);
+  router_kernel<<<1, kThreads, 2 * n_expert * sizeof(float), stream()>>>(
+      logits, n_expert, bias, tid2eid, tokens, pos, n_used, scale, probs, sel, weights, order);
 }
 
 void swiglu(const float* gate, const float* up, int groups, int64_t n, float clamp, const float* w,
