@@ -3,6 +3,7 @@
 // 1e-3, greedy decisions stepwise from identical states (q2 recipe), chunk-size invariance on the GPU,
 // and snapshots that move between the backends. Without a CUDA device every GPU test skips and
 // only the "no device" error path is checked.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -76,8 +77,8 @@ TEST_F(CudaVsCpu, LogitsMatchCpuAlongLongPromptF32) {
 // bit-identical to the CPU on quantized recipes (1-ulp differences flip activation codes and
 // near-tied discrete choices), so a free-running continuation drifts apart. Instead, at each of
 // 64 steps the CPU's state is copied into the GPU session and both evaluate the CPU's greedy
-// token. Tolerances: per-step next-token logits rel L2 < 1e-2 (a flipped router/indexer choice
-// moves them by ~5e-3), and the greedy choices agree unless the CPU's margin between them is
+// token. Tolerances: per-step next-token logits rel L2 < 1e-2 (measured 2.2e-7: no code flips
+// in these 64 steps; a flip moves them by 1e-3 .. 0.2 at its position), and the greedy choices agree unless the CPU's margin between them is
 // below 1e-3 of its logit range (a near-tie).
 TEST_F(CudaVsCpu, GreedyDecisionsAgreeStepwiseFromIdenticalStatesQ2) {
   open("q2");
@@ -132,50 +133,162 @@ TEST_F(CudaVsCpu, ChunkSizeInvariantOnGpu) {
   }
 }
 
+// Field-by-field distance of two states of the same prompt (one GPU-made, one CPU-made): row and
+// token counters must be equal, and which frontier entries hold a token; every array (raw
+// rings, compressed and indexer rows, both frontiers over the entries holding a token) within
+// relative L2 `tol`. Returns the largest distance. A field the exporter left out or zeroed
+// differs by ~1, a misplaced one by O(1) (one wrong row of the 75 compressed rows: ~0.1).
+double expect_states_close(const model::KvState& a, const model::KvState& b, uint32_t head_dim,
+                           double tol) {
+  double worst = 0;
+  auto cmp = [&](std::span<const float> x, std::span<const float> y, const std::string& what) {
+    EXPECT_EQ(x.size(), y.size()) << what;
+    if (x.size() != y.size() || x.empty()) return;
+    const double e = rel_l2(x, y);
+    worst = std::max(worst, e);
+    EXPECT_LT(e, tol) << what;
+  };
+  auto cmp_frontier = [&](const model::Compressor& x, const model::Compressor& y, const std::string& what) {
+    EXPECT_EQ(x.n_tokens(), y.n_tokens()) << what;
+    std::vector<float> xs, ys;
+    const auto xk = x.state_kv(), xsc = x.state_score(), yk = y.state_kv(), ysc = y.state_score();
+    ASSERT_EQ(xsc.size(), ysc.size()) << what;
+    for (size_t j = 0; j < xsc.size(); ++j) {
+      const bool ex = xsc[j] <= model::kCompressorEmptyScore * 0.5f;
+      const bool ey = ysc[j] <= model::kCompressorEmptyScore * 0.5f;
+      ASSERT_EQ(ex, ey) << what << " entry " << j;
+      if (ex) continue;
+      xs.insert(xs.end(), {xk[j], xsc[j]});
+      ys.insert(ys.end(), {yk[j], ysc[j]});
+    }
+    cmp(xs, ys, what);
+  };
+  EXPECT_EQ(a.layers().size(), b.layers().size());
+  for (size_t il = 0; il < std::min(a.layers().size(), b.layers().size()); ++il) {
+    const model::LayerKv& x = a.layers()[il];
+    const model::LayerKv& y = b.layers()[il];
+    const std::string l = fmt::format("layer {}", il);
+    cmp(x.raw, y.raw, l + " raw ring");
+    if (!x.ratio) continue;
+    EXPECT_EQ(x.n_comp(head_dim), y.n_comp(head_dim)) << l;
+    cmp(x.comp, y.comp, l + " compressed rows");
+    cmp_frontier(*x.comp_state, *y.comp_state, l + " compressor frontier");
+    if (x.ratio != 4) continue;
+    cmp(x.index, y.index, l + " indexer rows");
+    cmp_frontier(*x.index_state, *y.index_state, l + " indexer frontier");
+  }
+  return worst;
+}
+
+// Snapshots move between the backends (issue #6, docs/parity.md "Snapshots across backends").
+// f32 (no activation quantization): the GPU-made state equals the CPU-made one to 1e-3 in every
+// field (measured 3.5e-5) and the next logits agree to the parity bound 1e-3 both ways (3.4e-7).
+// q2: the backends' 1-ulp differences now and then flip an activation (Q8_K/Q8_0) code, which
+// moves the next logits by up to ~0.2 at that one position (in either direction) and shifts the
+// rows made after it, so the 300-token states differ by up to 5e-2 per field and the
+// next logits by 5.3e-3 GPU->CPU; there the fields are held to 0.25 (an unfilled field is ~1),
+// the logits to 2e-2, and the greedy token must agree. Layout checks rest on f32: the exporter
+// does not depend on the weight types.
 TEST_F(CudaVsCpu, SnapshotMovesBetweenBackends) {
-  open("q2");
-  if (IsSkipped()) return;
-  const auto prompt = prompt_tokens(301, engine_->config().n_vocab);
-  const std::span<const int32_t> head(prompt.data(), 300);
-  auto g = gpu_->new_session(512);
-  std::vector<float> l(V_);
-  g->eval(head, 0, l, {});
-  const std::vector<float> first = l;
-  model::KvState snap(engine_->config(), 512);
-  g->export_state(snap);
-  // GPU -> CPU: the next token's logits agree with the GPU continuing.
-  auto c = cpu_->new_session(512);
-  c->import_state(snap);
-  std::vector<float> next_c(V_), next_g(V_), next_g2(V_);
-  c->eval({&prompt[300], 1}, 300, next_c, {});
-  g->eval({&prompt[300], 1}, 300, next_g, {});
-  const double e = rel_l2(next_g, next_c);
-  std::printf("[q2] snapshot GPU->CPU next logits rel L2 %.3g\n", e);
-  EXPECT_LT(e, 1e-3);
-  // GPU -> GPU (fresh session): bit-identical.
-  auto g2 = gpu_->new_session(512);
-  g2->import_state(snap);
-  g2->eval({&prompt[300], 1}, 300, next_g2, {});
-  EXPECT_EQ(next_g2, next_g);
-  // CPU -> GPU: a CPU-built state continues on the GPU.
-  auto c2 = cpu_->new_session(512);
-  c2->eval(head, 0, l, {});
-  model::KvState snap2(engine_->config(), 512);
-  c2->export_state(snap2);
-  auto g3 = gpu_->new_session(512);
-  g3->import_state(snap2);
-  std::vector<float> next_g3(V_);
-  g3->eval({&prompt[300], 1}, 300, next_g3, {});
-  std::vector<float> next_c2(V_);
-  c2->eval({&prompt[300], 1}, 300, next_c2, {});
-  const double e2 = rel_l2(next_g3, next_c2);
-  std::printf("[q2] snapshot CPU->GPU next logits rel L2 %.3g\n", e2);
-  EXPECT_LT(e2, 1e-3);
-  // reset() forgets everything: a rerun from position 0 repeats the first result.
-  g->reset();
-  std::vector<float> again(V_);
-  g->eval(head, 0, again, {});
-  EXPECT_EQ(again, first);
+  for (const char* recipe : {"f32", "q2"}) {
+    open(recipe);
+    if (IsSkipped()) return;
+    const bool exact_math = std::strcmp(recipe, "f32") == 0;
+    const auto prompt = prompt_tokens(301, engine_->config().n_vocab);
+    const std::span<const int32_t> head(prompt.data(), 300);
+    auto g = gpu_->new_session(512);
+    std::vector<float> l(V_);
+    g->eval(head, 0, l, {});
+    const std::vector<float> first = l;
+    model::KvState snap(engine_->config(), 512);
+    g->export_state(snap);
+    // The exported state is the state the CPU builds from the same prompt, field by field.
+    auto c2 = cpu_->new_session(512);
+    c2->eval(head, 0, l, {});
+    model::KvState snap2(engine_->config(), 512);
+    c2->export_state(snap2);
+    const double ds = expect_states_close(snap, snap2, engine_->config().head_dim, exact_math ? 1e-3 : 0.25);
+    std::printf("[%s] GPU-made vs CPU-made state after 300 tokens: worst field rel L2 %.3g\n", recipe, ds);
+    // GPU -> CPU: the next token's logits agree with the GPU continuing.
+    auto c = cpu_->new_session(512);
+    c->import_state(snap);
+    std::vector<float> next_c(V_), next_g(V_), next_g2(V_);
+    c->eval({&prompt[300], 1}, 300, next_c, {});
+    g->eval({&prompt[300], 1}, 300, next_g, {});
+    const double e = rel_l2(next_g, next_c);
+    std::printf("[%s] snapshot GPU->CPU next logits rel L2 %.3g\n", recipe, e);
+    EXPECT_LT(e, exact_math ? 1e-3 : 2e-2);
+    EXPECT_EQ(argmax(next_c), argmax(next_g));
+    // GPU -> GPU (fresh session): bit-identical.
+    auto g2 = gpu_->new_session(512);
+    g2->import_state(snap);
+    g2->eval({&prompt[300], 1}, 300, next_g2, {});
+    EXPECT_EQ(next_g2, next_g);
+    // CPU -> GPU: a CPU-built state continues on the GPU.
+    auto g3 = gpu_->new_session(512);
+    g3->import_state(snap2);
+    std::vector<float> next_g3(V_);
+    g3->eval({&prompt[300], 1}, 300, next_g3, {});
+    std::vector<float> next_c2(V_);
+    c2->eval({&prompt[300], 1}, 300, next_c2, {});
+    const double e2 = rel_l2(next_g3, next_c2);
+    std::printf("[%s] snapshot CPU->GPU next logits rel L2 %.3g\n", recipe, e2);
+    EXPECT_LT(e2, exact_math ? 1e-3 : 2e-2);
+    // reset() forgets everything: a rerun from position 0 repeats the first result.
+    g->reset();
+    std::vector<float> again(V_);
+    g->eval(head, 0, again, {});
+    EXPECT_EQ(again, first);
+  }
+}
+
+// Snapshots at every position of a 320-token prompt, both directions: the state made by one
+// backend up to position p is continued by the other for token p and compared with the maker
+// continuing. A wrongly exported field shows at every position where it is read; a flipped
+// code is an isolated event at a position whose values sit on a rounding boundary. f32: every
+// position within the parity bound 1e-3 (measured worst 4.3e-6). q2: at most a tenth of the
+// positions above 1e-5 (measured 6 and 7 of 319, each direction) and none at 0.5 (worst 0.21,
+// position 32 in both directions).
+TEST_F(CudaVsCpu, SnapshotsAtEveryPositionContinueOnTheOtherBackend) {
+  for (const char* recipe : {"f32", "q2"}) {
+    open(recipe);
+    if (IsSkipped()) return;
+    const bool exact_math = std::strcmp(recipe, "f32") == 0;
+    const int64_t n = 320;
+    const auto prompt = prompt_tokens(n, engine_->config().n_vocab);
+    for (bool gpu_makes : {true, false}) {
+      auto maker = (gpu_makes ? gpu_ : cpu_)->new_session(512);
+      auto other = (gpu_makes ? cpu_ : gpu_)->new_session(512);
+      model::KvState snap(engine_->config(), 512);
+      std::vector<float> lm(V_), lo(V_);
+      std::vector<double> e;
+      int above = 0;
+      std::string spikes;
+      for (int64_t p = 0; p < n; ++p) {
+        if (p > 0) {
+          maker->export_state(snap);
+          other->import_state(snap);
+          other->eval({&prompt[p], 1}, p, lo, {});
+        }
+        maker->eval({&prompt[p], 1}, p, lm, {});
+        if (p == 0) continue;
+        e.push_back(rel_l2(lm, lo));
+        if (e.back() > 1e-5) {
+          ++above;
+          spikes += fmt::format(" {}:{:.2g}", p, e.back());
+        }
+      }
+      const double worst = *std::max_element(e.begin(), e.end());
+      std::printf("[%s] %s snapshots at %zu positions: worst rel L2 %.3g, %d above 1e-5:%s\n", recipe,
+                  gpu_makes ? "GPU->CPU" : "CPU->GPU", e.size(), worst, above, spikes.c_str());
+      if (exact_math) {
+        EXPECT_LT(worst, 1e-3);
+      } else {
+        EXPECT_LT(worst, 0.5);
+        EXPECT_LE(above, static_cast<int>(e.size()) / 10);
+      }
+    }
+  }
 }
 
 TEST_F(CudaVsCpu, BadInputsAreRejected) {
