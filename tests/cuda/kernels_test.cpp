@@ -17,6 +17,7 @@
 #include "model/indexer.h"
 #include "model/kv_quant.h"
 #include "model/norms.h"
+#include "model/router.h"
 #include "quant/quant.h"
 
 namespace ds4 {
@@ -123,6 +124,51 @@ TEST_F(CudaKernels, HcNormMatvecEqualsNormThenVecDot) {
   }
   // Types it does not handle are declined, not computed.
   EXPECT_FALSE(cuda::hc_norm_matvec(static_cast<uint32_t>(GgmlType::Q8_0), nullptr, 34, 1, 32, nullptr, 1e-6f, nullptr));
+}
+
+// Router selection (spec §3.5) with many exact ties and a NaN logit, with and without bias, against
+// router_probs + router_select_top_k + router_weights.
+TEST_F(CudaKernels, RouterSelectionMatchesCpuWithTies) {
+  std::mt19937 rng(3);
+  for (const int n : {16, 256, 384}) {
+    for (const bool with_bias : {false, true}) {
+      const int k = 6;
+      std::vector<float> logits(static_cast<size_t>(n)), bias;
+      for (float& v : logits) v = 0.25f * static_cast<float>(rng() % 9) - 1.0f;  // 9 distinct values
+      logits[static_cast<size_t>(n / 3)] = std::numeric_limits<float>::quiet_NaN();
+      if (with_bias) {
+        bias.resize(static_cast<size_t>(n));
+        for (float& v : bias) v = 0.125f * static_cast<float>(rng() % 3);
+      }
+      std::vector<float> p(logits.size());
+      model::router_probs(logits, p);
+      std::vector<int32_t> want(static_cast<size_t>(k));
+      model::router_select_top_k(p, bias, want);
+      std::vector<float> want_w(static_cast<size_t>(k));
+      model::router_weights(p, want, 1.5f, want_w);
+      cuda::DeviceArray<float> dl(logits.size()), db(std::max<size_t>(bias.size(), 1)), dp(logits.size()), dw(k);
+      cuda::DeviceArray<int32_t> dsel(k), dord(k), dtok(1);
+      cuda::DeviceArray<int64_t> dpos(1);
+      dl.upload(logits.data(), logits.size());
+      if (with_bias) db.upload(bias.data(), bias.size());
+      const int64_t pos = 0;
+      dpos.upload(&pos, 1);
+      cuda::router(dl.get(), n, with_bias ? db.get() : nullptr, nullptr, dtok.get(), dpos.get(), k, 1.5f, dp.get(),
+                   dsel.get(), dw.get(), dord.get());
+      cuda::check(cudaDeviceSynchronize(), "router");
+      std::vector<int32_t> got(static_cast<size_t>(k)), ord(static_cast<size_t>(k));
+      std::vector<float> got_w(static_cast<size_t>(k));
+      dsel.download(got.data(), got.size());
+      dw.download(got_w.data(), got_w.size());
+      dord.download(ord.data(), ord.size());
+      EXPECT_EQ(got, want) << "n=" << n << " bias=" << with_bias;
+      // Weights: the device's exp/log1p (f64, rounded once) may differ from glibc's by an ulp.
+      for (int i = 0; i < k; ++i)
+        EXPECT_NEAR(got_w[static_cast<size_t>(i)], want_w[static_cast<size_t>(i)], 4e-7f * std::fabs(want_w[static_cast<size_t>(i)]))
+            << "n=" << n << " bias=" << with_bias;
+      for (int i = 1; i < k; ++i) EXPECT_LT(got[static_cast<size_t>(ord[i - 1])], got[static_cast<size_t>(ord[i])]);
+    }
+  }
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (ctx < 1) fail("context size {} must be at least 1 token", ctx);
   // Limits of the kernels' shared-memory tables (router scores, HC combine matrix).
   if (c.n_expert > 4096) fail("CUDA backend: {} experts exceed the supported 4096", c.n_expert);
-  if (c.n_hc > 16) fail("CUDA backend: {} hyper-connection streams exceed the supported 16", c.n_hc);
+  if (c.n_hc > 5) fail("CUDA backend: {} hyper-connection streams exceed the supported 5", c.n_hc);
   n_pair_ = static_cast<int>(c.n_rot / 2);
   const char* g = std::getenv("DS4_CUDA_GRAPH");
   use_graphs_ = !(g && std::strcmp(g, "0") == 0);
@@ -280,8 +280,7 @@ void CudaForward::push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w
                                   DeviceArray<float>& state_score, DeviceArray<float>& rows) {
   const int64_t d = indexer ? c_.indexer_head_dim : c_.head_dim;
   const int64_t width = (r == 4 ? 2 : 1) * d;
-  mv(kv_w, h_.get(), ck_.get());
-  mv(gate_w, h_.get(), cs_.get());
+  pair(op(kv_w, h_.get(), ck_.get()), op(gate_w, h_.get(), cs_.get()));
   mark(indexer ? "indexer compressor matvecs" : "compressor matvecs");
   compressor_store(ck_.get(), cs_.get(), ape.get(), width, r, pos_.get(), state_kv.get(), state_score.get());
   compressor_emit(state_kv.get(), state_score.get(), r, d, norm.get(), c_.rms_eps, rope_comp_.get(), n_pair_,
@@ -299,22 +298,18 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   const int64_t* pos = pos_.get();
 
   hc_pre(L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, L.attn_norm);  // h_ = attn_norm(sub_in)
-  // Query (spec §3.4.1).
-  mv(L.attn_q_a, h_.get(), qr_.get());
-  mark("attn_q_a matvec");
+  // Query low-rank input and KV row (spec §3.4.1-2) from the same input, one launch.
+  pair(op(L.attn_q_a, h_.get(), qr_.get()), op(L.attn_kv, h_.get(), kv_row_.get()));
+  mark("attn_q_a+kv matvecs");
   rms_norm(qr_.get(), L.attn_q_a_norm.get(), qr_.get(), QL, 1, c_.rms_eps);
   mark("attn_q_a norm");
   mv(L.attn_q_b, qr_.get(), q_.get());
   mark("attn_q_b matvec");
-  rms_norm(q_.get(), nullptr, q_.get(), HD, nhead, c_.rms_eps);
-  rope_tail(q_.get(), nhead, HD, rope, n_pair_, pos, false);
+  norm_rope(q_.get(), nullptr, HD, nhead, c_.rms_eps, rope, n_pair_, pos, 0, nullptr, 0);
   mark("q head norm+rope");
-  // KV row (spec §3.4.2) into the raw ring.
-  mv(L.attn_kv, h_.get(), kv_row_.get());
-  mark("attn_kv matvec");
-  rms_norm(kv_row_.get(), L.attn_kv_a_norm.get(), kv_row_.get(), HD, 1, c_.rms_eps);
-  rope_tail(kv_row_.get(), 1, HD, rope, n_pair_, pos, false);
-  kv_store(kv_row_.get(), HD, c_.nope_dim(), kv.raw.get(), raw_cap_, pos);
+  // KV row into the raw ring.
+  norm_rope(kv_row_.get(), L.attn_kv_a_norm.get(), HD, 1, c_.rms_eps, rope, n_pair_, pos, c_.nope_dim(),
+            kv.raw.get(), raw_cap_);
   mark("kv norm+rope+store");
   // Compressor and indexer (spec §3.4.5, §3.4.7).
   if (ratio)
@@ -332,8 +327,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   if (ratio == 4 && indexer_on) {
     const int64_t ID = c_.indexer_head_dim;
     const int IH = static_cast<int>(c_.n_indexer_head);
-    mv(L.idx_q_b, qr_.get(), iq_.get());
-    mv(L.idx_proj, h_.get(), iw_.get());
+    pair(op(L.idx_q_b, qr_.get(), iq_.get()), op(L.idx_proj, h_.get(), iw_.get()));
     mark("indexer q_b+proj matvecs");
     rope_tail(iq_.get(), IH, ID, rope, n_pair_, pos, false);
     indexer_qat(iq_.get(), IH, ID);
@@ -387,17 +381,21 @@ void CudaForward::ffn_layer(uint32_t il) {
                      local_sel_.get());
     ids = local_sel_.get();
   }
-  matvec(L.ffn_gate_exps, 0, FF, FF, ids, U, h_.get(), 0, gate_.get(), FF, act_.get());
-  mark("ffn_gate_exps matvec");
-  matvec(L.ffn_up_exps, 0, FF, FF, ids, U, h_.get(), 0, up_.get(), FF, act_.get());
-  mark("ffn_up_exps matvec");
+  MatvecOp g_op = op(L.ffn_gate_exps, h_.get(), gate_.get()), u_op = op(L.ffn_up_exps, h_.get(), up_.get());
+  for (MatvecOp* o : {&g_op, &u_op}) {
+    o->n_rows = o->group_rows = FF;
+    o->ids = ids;
+    o->groups = U;
+    o->y_stride = FF;
+  }
+  pair(g_op, u_op);
+  mark("ffn_gate+up_exps matvecs");
   swiglu(gate_.get(), up_.get(), U, FF, clamp, sel_w_.get(), mid_.get());
   mark("swiglu");
   matvec(L.ffn_down_exps, 0, D, D, ids, U, mid_.get(), FF, down_.get(), D, act_.get());
   mark("ffn_down_exps matvec");
   // Shared expert, then y = (routed outputs in ascending expert id) + shared.
-  mv(L.ffn_gate_shexp, h_.get(), gate_.get());
-  mv(L.ffn_up_shexp, h_.get(), up_.get());
+  pair(op(L.ffn_gate_shexp, h_.get(), gate_.get()), op(L.ffn_up_shexp, h_.get(), up_.get()));
   mark("shexp gate+up matvecs");
   swiglu(gate_.get(), up_.get(), 1, FF, clamp, nullptr, mid_.get());
   mark("swiglu");
@@ -410,10 +408,9 @@ void CudaForward::ffn_layer(uint32_t il) {
     shard_->reducer->all_reduce(shard_->rank, down_.get(), static_cast<size_t>(U) * D, launch_stream());
     mark("expert all-reduce");
   }
-  moe_combine(down_.get(), order_.get(), U, D, sh_down_.get(), y_.get());
-  mark("moe combine");
-  hc_post(y_.get(), x_.get(), post_.get(), comb_.get(), static_cast<int>(c_.n_hc), D, x_next_.get());
-  mark("hc_post");
+  moe_combine_hc_post(down_.get(), order_.get(), U, D, sh_down_.get(), x_.get(), post_.get(), comb_.get(),
+                      static_cast<int>(c_.n_hc), x_next_.get());
+  mark("moe combine+hc_post");
   std::swap(x_, x_next_);
 }
 

@@ -83,6 +83,17 @@ class CudaForward {
   void mv(const DevMatrix& w, const float* x, float* y) {
     matvec(w, 0, w.rows, 0, nullptr, 1, x, 0, y, 0, act_.get());
   }
+  // A whole-matrix matvec as one job of matvec_pair (quantized input in act_).
+  MatvecOp op(const DevMatrix& w, const float* x, float* y) {
+    MatvecOp o;
+    o.w = &w;
+    o.n_rows = w.rows;
+    o.x = x;
+    o.y = y;
+    o.act = act_.get();
+    return o;
+  }
+  void pair(const MatvecOp& a, const MatvecOp& b) { matvec_pair(a, b); }
 
   const model::Config& c_;
   const DeviceWeights& dw_;

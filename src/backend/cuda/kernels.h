@@ -43,6 +43,27 @@ void matvec(const DevMatrix& w, int64_t row0, int64_t n_rows, int64_t group_rows
             const int32_t* ids, int groups, const float* x, int64_t x_stride, float* y,
             int64_t y_stride, uint8_t* act_scratch);
 
+/// One matvec of matvec_pair (fields as matvec's arguments; n_rows rows per group). `act` is
+/// the scratch for the quantized input (>= groups * act_row_bytes); act_ready means it already
+/// holds x quantized in the weight's activation format.
+struct MatvecOp {
+  const DevMatrix* w = nullptr;
+  int64_t row0 = 0, n_rows = 0, group_rows = 0;
+  const int32_t* ids = nullptr;
+  int groups = 1;
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+  uint8_t* act = nullptr;
+  bool act_ready = false;
+};
+
+/// Two matvecs in one launch when their weights share a type and group count (else two
+/// launches); when both read the same x, it is quantized once (into a.act). Same results as two
+/// matvec calls.
+void matvec_pair(const MatvecOp& a, const MatvecOp& b);
+
 /// RMSNorm of `n_rows` rows of `dim` (model::rms_norm / rms_norm_unweighted / rms_norm_heads):
 /// out = x * (1/sqrt(mean(x^2) + eps)) [* weight]; weight may be null; out may equal x.
 void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int n_rows, float eps);
@@ -50,7 +71,7 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int 
 /// HC pre tail (model::hc_split_sinkhorn + hc_weighted_sum): from mix [hc_mix] computes
 /// pre/post [n_hc] and comb [n_hc^2], then sub_in [d] = sum_r pre[r] * x[r*d ..], and when
 /// norm_w is non-null h [d] = rms_norm(sub_in, norm_w, norm_eps) (the sublayer's input norm).
-/// n_hc <= 16.
+/// n_hc <= 5.
 void hc_sinkhorn_pre(const float* mix, const float* scale, const float* base, int n_hc,
                      int iters, float eps, const float* x, int64_t d, float* pre, float* post,
                      float* comb, float* sub_in, const float* norm_w, float norm_eps, float* h);
@@ -75,9 +96,17 @@ void hc_output(const float* logits, const float* scale, const float* base, int n
 void rope_tail(float* x, int n_heads, int64_t head_dim, const float* table, int n_pair,
                const int64_t* pos, bool inverse);
 
-/// KV row store (spec §3.4.2): FP8 round trip on row[0, n_fp8), f16 rounding of all `dim`
-/// values, written to ring row *pos % raw_cap of `raw` (row is modified in place).
-void kv_store(float* row, int64_t dim, int64_t n_fp8, float* raw, int64_t raw_cap, const int64_t* pos);
+/// rms_norm of n_rows rows of dim (weight may be null) then rope_tail at *pos on each row, and,
+/// when raw is non-null (n_rows == 1), the KV row store of spec §3.4.2: FP8 round trip on
+/// [0, n_fp8), f16 rounding of all dim values, written to ring row *pos % raw_cap of raw (the row
+/// itself keeps the rounded values). One launch.
+void norm_rope(float* x, const float* weight, int64_t dim, int n_rows, float eps, const float* table,
+               int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap);
+
+/// y[j] = (sum over slots in `order` of down[slot*d + j], from 0) + shared[j], then hc_post of
+/// that y into out [n_hc*d] (one launch).
+void moe_combine_hc_post(const float* down, const int32_t* order, int n_used, int64_t d, const float* shared,
+                         const float* x, const float* post, const float* comb, int n_hc, float* out);
 
 /// Compressor push, first half (model::Compressor::push): APE row (*pos % ratio) added to the
 /// score, kv/score written to frontier row (ratio 4: 4 + pos % 4, else pos % ratio) of `width`.
@@ -139,9 +168,6 @@ void router(const float* logits, int n_expert, const float* bias, const int32_t*
 void swiglu(const float* gate, const float* up, int groups, int64_t n, float clamp,
             const float* w, float* out);
 
-/// y[j] = (sum over slots in `order` of down[slot*d + j], from 0) + shared[j].
-void moe_combine(const float* down, const int32_t* order, int n_used, int64_t d,
-                 const float* shared, float* y);
 /// Expert parallelism (issue #8): local[s] = sel[s] - begin for the experts this device holds
 /// ([begin, end)), else -1, which makes matvec write zeros for that group (n_used <= 32).
 void localize_experts(const int32_t* sel, int n_used, int begin, int end, int32_t* local);

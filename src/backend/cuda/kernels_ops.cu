@@ -13,6 +13,7 @@ namespace ds4::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMaxHc = 5;  // hyper-connection streams: the Sinkhorn matrix fits one warp (n*n <= 32)
 
 cudaStream_t stream() { return launch_stream(); }
 
@@ -82,61 +83,50 @@ __global__ void embed_kernel(const uint8_t* table, uint32_t type, size_t row_byt
   for (int r = 0; r < n_hc; ++r) x[r * d + i] = v;
 }
 
-// Warp 0 computes the split and the Sinkhorn iterations: thread t < n owns pre/post value t,
-// row t (softmax, row normalisation) and column t (column normalisation) of the combine matrix
-// in shared memory; each sum runs in the CPU's order. Then the whole block forms
+// Warp 0 computes the split and the Sinkhorn iterations with the n x n combine matrix in
+// registers (lane r*n + c holds entry (r, c); n <= 5): every row or column sum gathers its n
+// entries by shuffles and adds them in the CPU's order, so no step waits on shared memory.
+// Lanes t < n also compute pre/post value t. Then the whole block forms
 // sub_in = sum_r pre[r] * x[r] and, with norm_w, h = rms_norm(sub_in) * norm_w (the layer's
 // attn_norm / ffn_norm, model::rms_norm), so the step needs no separate norm launch.
 __global__ void hc_sinkhorn_pre_kernel(const float* mix, const float* scale, const float* base,
                                        int n, int iters, float eps, const float* x, int64_t d,
                                        float* pre, float* post, float* comb, float* sub_in,
                                        const float* norm_w, float norm_eps, float* h) {
-  __shared__ float s_pre[16];
-  __shared__ float m[256];
+  __shared__ float s_pre[kMaxHc];
   const int t = threadIdx.x;
   if (t < 32) {
-  if (t < n) {
-    const float z = mix[t] * scale[0] + base[t];
-    pre[t] = s_pre[t] = 1.0f / (1.0f + exp_f(-z)) + eps;
-    const float z2 = mix[n + t] * scale[1] + base[n + t];
-    post[t] = 2.0f / (1.0f + exp_f(-z2));
-    const float* lm = mix + 2 * n;
-    const float* lb = base + 2 * n;
-    float* row = m + n * t;
-    float row_max = -1.0e30f;
-    for (int c = 0; c < n; ++c) {
-      row[c] = lm[n * t + c] * scale[2] + lb[n * t + c];
-      if (row[c] > row_max) row_max = row[c];
-    }
-    float sum = 0.0f;
-    for (int c = 0; c < n; ++c) {
-      row[c] = exp_f(row[c] - row_max);
-      sum += row[c];
-    }
-    const float inv = 1.0f / sum;
-    for (int c = 0; c < n; ++c) row[c] = row[c] * inv + eps;
-  }
-  __syncwarp();
-  for (int it = 0; it < iters; ++it) {
-    if (it > 0) {
-      if (t < n) {
-        float* row = m + n * t;
-        float sum = 0.0f;
-        for (int c = 0; c < n; ++c) sum += row[c];
-        const float inv = 1.0f / (sum + eps);
-        for (int c = 0; c < n; ++c) row[c] *= inv;
-      }
-      __syncwarp();
-    }
+    constexpr unsigned kAll = 0xffffffffu;
     if (t < n) {
-      float sum = 0.0f;
-      for (int r = 0; r < n; ++r) sum += m[t + n * r];
-      const float inv = 1.0f / (sum + eps);
-      for (int r = 0; r < n; ++r) m[t + n * r] *= inv;
+      const float z = mix[t] * scale[0] + base[t];
+      pre[t] = s_pre[t] = 1.0f / (1.0f + exp_f(-z)) + eps;
+      const float z2 = mix[n + t] * scale[1] + base[n + t];
+      post[t] = 2.0f / (1.0f + exp_f(-z2));
     }
-    __syncwarp();
-  }
-  for (int i = t; i < n * n; i += 32) comb[i] = m[i];
+    const bool on = t < n * n;
+    const int r = on ? t / n : 0, c = on ? t % n : 0;
+    float m = on ? mix[2 * n + t] * scale[2] + base[2 * n + t] : 0.0f;
+    // Row softmax: max and sum over the row's entries in column order.
+    float row_max = -1.0e30f;
+    for (int k = 0; k < n; ++k) {
+      const float v = __shfl_sync(kAll, m, r * n + k);
+      if (v > row_max) row_max = v;
+    }
+    m = exp_f(m - row_max);
+    float sum = 0.0f;
+    for (int k = 0; k < n; ++k) sum += __shfl_sync(kAll, m, r * n + k);
+    m = m * (1.0f / sum) + eps;
+    for (int it = 0; it < iters; ++it) {
+      if (it > 0) {
+        float rs = 0.0f;
+        for (int k = 0; k < n; ++k) rs += __shfl_sync(kAll, m, r * n + k);
+        m *= 1.0f / (rs + eps);
+      }
+      float cs = 0.0f;
+      for (int k = 0; k < n; ++k) cs += __shfl_sync(kAll, m, c + n * k);
+      m *= 1.0f / (cs + eps);
+    }
+    if (on) comb[t] = m;
   }
   __syncthreads();
   double acc = 0;
@@ -299,15 +289,24 @@ __device__ void round_trip_block(float* x, int64_t n) {
   }
 }
 
-__global__ void kv_store_kernel(float* row, int64_t dim, int64_t n_fp8, float* raw, int64_t raw_cap,
-                                const int64_t* pos) {
-  float* dst = raw + (*pos % raw_cap) * dim;
-  const int64_t nb = (n_fp8 + 63) / 64;
-  for (int64_t b = threadIdx.x; b < nb; b += blockDim.x) {
-    const int64_t off = b * 64;
-    round_trip_block<true>(row + off, n_fp8 - off < 64 ? n_fp8 - off : 64);
-  }
+
+// One block per row: RMSNorm (weight optional), then the tail RoPE at *pos, and with `raw` the
+// KV row store (FP8 round trip of [0, n_fp8) in blocks of 64, f16 rounding, ring row *pos %
+// raw_cap). Stages are separated by barriers and run the CPU units' operations.
+__global__ void norm_rope_kernel(float* x, const float* w, int64_t dim, float eps, const float* table,
+                                 int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap) {
+  float* row = x + blockIdx.x * dim;
+  const float s = block_rms_scale(row, dim, eps);  // ends with a barrier: every read is done
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) row[i] = w ? row[i] * s * w[i] : row[i] * s;
   __syncthreads();
+  for (int p = threadIdx.x; p < n_pair; p += blockDim.x)
+    rope_pair(row + dim - 2 * n_pair, table + *pos * 2 * n_pair, n_pair, p, 1.0f);
+  if (!raw) return;
+  __syncthreads();
+  for (int64_t b = threadIdx.x; b < (n_fp8 + 63) / 64; b += blockDim.x)
+    round_trip_block<true>(row + b * 64, n_fp8 - b * 64 < 64 ? n_fp8 - b * 64 : 64);
+  __syncthreads();
+  float* dst = raw + (*pos % raw_cap) * dim;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     const float v = __half2float(__float2half_rn(row[i]));
     row[i] = v;
@@ -718,18 +717,32 @@ __device__ float softplus(float z) {
   return log1p_f(exp_f(z));
 }
 
-// The probabilities and selection scores live in shared memory (2n floats): the rank loop reads
-// every expert's score once per expert, which from global memory was a chain of L2 round trips.
+// model::router_select_top_k keeps the first k of a stable sort by `beats` (higher score, NaN
+// last, earlier expert first on ties), i.e. k rounds of "best remaining expert". Each round is
+// one block-wide arg-best (per-thread scan, warp shuffles, then the warps' winners in warp
+// order); the probabilities, scores and taken flags live in shared memory (2n floats + n bytes).
+__device__ bool router_beats(float a, float b) { return a > b || (isnan(b) && !isnan(a)); }
+// Expert (sa, ia) is taken before expert (sb, ib); ib < 0 is "none yet".
+__device__ bool router_before(float sa, int ia, float sb, int ib) {
+  if (ia < 0) return false;
+  if (ib < 0) return true;
+  return router_beats(sa, sb) || (!router_beats(sb, sa) && ia < ib);
+}
+
 __global__ void router_kernel(const float* logits, int n, const float* bias, const int32_t* tid2eid,
                               const int32_t* tokens, const int64_t* pos, int k, float scale, float* p_out,
                               int32_t* sel, float* weights, int32_t* order) {
   extern __shared__ float router_smem[];
+  __shared__ float w_s[32];
+  __shared__ int w_i[32];
   float* p = router_smem;
   float* biased = router_smem + n;
+  auto* taken = reinterpret_cast<unsigned char*>(router_smem + 2 * n);
   for (int e = threadIdx.x; e < n; e += blockDim.x) {
     p[e] = sqrtf(softplus(logits[e]));
     p_out[e] = p[e];
     biased[e] = bias ? p[e] + bias[e] : p[e];
+    taken[e] = 0;
   }
   __syncthreads();
   if (tid2eid) {
@@ -738,17 +751,40 @@ __global__ void router_kernel(const float* logits, int n, const float* bias, con
       for (int i = 0; i < k; ++i) sel[i] = tid2eid[token * k + i];
     }
   } else {
-    // model::router_select_top_k keeps the first k of a stable sort by `beats` (higher score,
-    // NaN last, earlier expert first on ties): expert e lands in slot rank(e) when that is < k.
-    auto beats = [](float a, float b) { return a > b || (isnan(b) && !isnan(a)); };
-    for (int e = threadIdx.x; e < n; e += blockDim.x) {
-      const float s = biased[e];
-      int rank = 0;
-      for (int o = 0; o < n; ++o) {
-        const float so = biased[o];
-        rank += o != e && (beats(so, s) || (o < e && !beats(s, so)));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (int round = 0; round < k; ++round) {
+      float bs = 0.0f;
+      int bi = -1;
+      for (int e = threadIdx.x; e < n; e += blockDim.x)
+        if (!taken[e] && router_before(biased[e], e, bs, bi)) {
+          bs = biased[e];
+          bi = e;
+        }
+      for (int off = 16; off >= 1; off >>= 1) {
+        const float os = __shfl_xor_sync(0xffffffffu, bs, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
+        if (router_before(os, oi, bs, bi)) {
+          bs = os;
+          bi = oi;
+        }
       }
-      if (rank < k) sel[rank] = e;
+      if (lane == 0) {
+        w_s[warp] = bs;
+        w_i[warp] = bi;
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        float best_s = w_s[0];
+        int best_i = w_i[0];
+        for (int w = 1; w < warps; ++w)
+          if (router_before(w_s[w], w_i[w], best_s, best_i)) {
+            best_s = w_s[w];
+            best_i = w_i[w];
+          }
+        sel[round] = best_i;
+        taken[best_i] = 1;
+      }
+      __syncthreads();
     }
   }
   __syncthreads();
@@ -793,13 +829,21 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int groups, in
   out[k] = silu(g) * u * (w ? w[k / n] : 1.0f);
 }
 
-__global__ void moe_combine_kernel(const float* down, const int32_t* order, int n_used, int64_t d,
-                                   const float* shared, float* y) {
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= d) return;
+// moe_combine then hc_post in one pass: thread k = (stream c, index i) forms y[i] (the routed
+// rows in `order`, then + shared) itself and applies hc_post's formula to it.
+__global__ void moe_combine_hc_post_kernel(const float* down, const int32_t* order, int n_used, int64_t d,
+                                           const float* shared, const float* x, const float* post,
+                                           const float* comb, int n, float* out) {
+  const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= n * d) return;
+  const int c = static_cast<int>(k / d);
+  const int64_t i = k % d;
   float m = 0.0f;
-  for (int i = 0; i < n_used; ++i) m += down[order[i] * d + j];
-  y[j] = m + shared[j];
+  for (int s = 0; s < n_used; ++s) m += down[order[s] * d + i];
+  const float y = m + shared[i];
+  float o = y * post[c];
+  for (int r = 0; r < n; ++r) o += comb[c + n * r] * x[r * d + i];
+  out[k] = o;
 }
 
 __global__ void localize_experts_kernel(const int32_t* sel, int n_used, int begin, int end, int32_t* local) {
@@ -872,10 +916,6 @@ void rope_tail(float* x, int n_heads, int64_t head_dim, const float* table, int 
       x, n_heads, head_dim, table, n_pair, pos, inverse ? -1.0f : 1.0f);
 }
 
-void kv_store(float* row, int64_t dim, int64_t n_fp8, float* raw, int64_t raw_cap, const int64_t* pos) {
-  kv_store_kernel<<<1, kThreads, 0, stream()>>>(row, dim, n_fp8, raw, raw_cap, pos);
-}
-
 void compressor_store(const float* kv, const float* score, const float* ape, int64_t width,
                       uint32_t ratio, const int64_t* pos, float* state_kv, float* state_score) {
   compressor_store_kernel<<<blocks_for(width), kThreads, 0, stream()>>>(kv, score, ape, width, ratio, pos,
@@ -932,7 +972,7 @@ void embed(const uint8_t* table, uint32_t type, size_t row_bytes, const int32_t*
 void router(const float* logits, int n_expert, const float* bias, const int32_t* tid2eid,
             const int32_t* tokens, const int64_t* pos, int n_used, float scale, float* probs,
             int32_t* sel, float* weights, int32_t* order) {
-  router_kernel<<<1, kThreads, 2 * n_expert * sizeof(float), stream()>>>(
+  router_kernel<<<1, kThreads, 2 * n_expert * sizeof(float) + n_expert, stream()>>>(
       logits, n_expert, bias, tid2eid, tokens, pos, n_used, scale, probs, sel, weights, order);
 }
 
@@ -941,9 +981,15 @@ void swiglu(const float* gate, const float* up, int groups, int64_t n, float cla
   swiglu_kernel<<<blocks_for(groups * n), kThreads, 0, stream()>>>(gate, up, groups, n, clamp, w, out);
 }
 
-void moe_combine(const float* down, const int32_t* order, int n_used, int64_t d,
-                 const float* shared, float* y) {
-  moe_combine_kernel<<<blocks_for(d), kThreads, 0, stream()>>>(down, order, n_used, d, shared, y);
+void norm_rope(float* x, const float* weight, int64_t dim, int n_rows, float eps, const float* table,
+               int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap) {
+  norm_rope_kernel<<<n_rows, kThreads, 0, stream()>>>(x, weight, dim, eps, table, n_pair, pos, n_fp8, raw, raw_cap);
+}
+
+void moe_combine_hc_post(const float* down, const int32_t* order, int n_used, int64_t d, const float* shared,
+                         const float* x, const float* post, const float* comb, int n_hc, float* out) {
+  moe_combine_hc_post_kernel<<<blocks_for(n_hc * d), kThreads, 0, stream()>>>(down, order, n_used, d, shared, x,
+                                                                             post, comb, n_hc, out);
 }
 
 void localize_experts(const int32_t* sel, int n_used, int begin, int end, int32_t* local) {

@@ -4,6 +4,7 @@
 // sum for Q2_K/Q4_K/IQ2_XXS, exact integer block dots, f32 scale products in the same order.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
@@ -363,37 +364,48 @@ __device__ float dot_finish(float acc) {
   }
 }
 
-// Stages `bytes` (a multiple of 16 when kVec) from src into the warp's buffer, every load issued
-// before the first store.
+// Asynchronous global -> shared copies (cp.async, sm_80+): the data never passes through
+// registers, so a warp keeps a whole chunk in flight at little register cost (which sets how many
+// blocks share an SM). Completed by cp_async_wait() and a barrier.
+__device__ void cp_async16(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ void cp_async4(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
+__device__ void cp_async_wait() { asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory"); }
+
+// Stages `bytes` (a multiple of 16 when kVec) from src into the warp's buffer (issued only;
+// cp_async_wait + a barrier complete it).
 template <bool kVec>
 __device__ void stage_bytes(const uint8_t* src, int bytes, uint8_t* sm, int lane) {
   if constexpr (kVec) {
-    constexpr int kPer = kMvChunk / 16 / 32;  // 16-byte loads per lane for a full chunk
-    uint4 v[kPer];
     const int n16 = bytes / 16;
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int idx = lane + 32 * k;
-      if (idx < n16) v[k] = __ldg(reinterpret_cast<const uint4*>(src) + idx);
-    }
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int idx = lane + 32 * k;
-      if (idx < n16) reinterpret_cast<uint4*>(sm)[idx] = v[k];
-    }
+    for (int idx = lane; idx < n16; idx += 32) cp_async16(sm + 16 * idx, src + 16 * idx);
   } else {
     for (int i = lane; i < bytes; i += 32) sm[i] = src[i];
   }
 }
 
+// Up to two matvecs of one weight format per launch (blockIdx.z picks the job: e.g. the gate and
+// up projections that read the same input); grid.x covers the larger job, the other job's extra
+// blocks return at once.
+struct MatvecJobs {
+  MatvecArgs job[2];
+};
+
 // a.rpw rows per warp: with rpw > 1 (short rows, the whole row is one chunk) the warp stages
 // its rows together, so more bytes are in flight per warp.
 template <uint32_t T, bool kVec>
-__global__ void __launch_bounds__(kMvWarps * 32) matvec_kernel(MatvecArgs a) {
+__global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_kernel(MatvecJobs jobs) {
   static_assert(ActFmt<T>::kSlice <= kActSliceMax, "activation slice exceeds its buffer");
   __shared__ __align__(16) uint8_t stage[kMvWarps][kMvChunk];
   __shared__ __align__(16) uint8_t xs[kActSliceMax];
   __shared__ Tables tab;
+  const MatvecArgs a = blockIdx.z ? jobs.job[1] : jobs.job[0];
+  if (static_cast<int64_t>(blockIdx.x) * kMvWarps * a.rpw >= a.n_rows) return;  // uniform: whole block
   if constexpr (T == kIQ2_XXS) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) tab.grid[i] = c_iq2_grid[i];
     for (int i = threadIdx.x; i < 128; i += blockDim.x) tab.signs[i] = c_iq2_signs[i];
@@ -423,14 +435,17 @@ __global__ void __launch_bounds__(kMvWarps * 32) matvec_kernel(MatvecArgs a) {
     // This chunk's activation slice, shared by the block's rows (4-byte words: every
     // activation block size is a multiple of 4 and every slice starts 4-byte aligned).
     {
+      // Asynchronous copies: a load-store loop would wait one L2 round trip per iteration
+      // (in-order issue), up to 14 of them per chunk.
       const int n4 = nb * kAct / 4;
       const auto* x4 = reinterpret_cast<const int*>(x + c0 * kAct);
-      for (int i = threadIdx.x; i < n4; i += blockDim.x) reinterpret_cast<int*>(xs)[i] = __ldg(x4 + i);
+      for (int i = threadIdx.x; i < n4; i += blockDim.x) cp_async4(reinterpret_cast<int*>(xs) + i, x4 + i);
     }
     if (active) {
       if (a.rpw == 1) stage_bytes<kVec>(wrow + c0 * kBytes, nb * kBytes, sm, lane);
       else stage_bytes<kVec>(wrow, n_mine * static_cast<int>(a.row_bytes), sm, lane);
     }
+    cp_async_wait();
     __syncthreads();
     if (active) {
       if (a.rpw == 1) {
@@ -450,16 +465,22 @@ __global__ void __launch_bounds__(kMvWarps * 32) matvec_kernel(MatvecArgs a) {
 }
 
 template <uint32_t T>
-void launch_matvec(MatvecArgs a, int groups) {
-  // Short rows: up to 4 per warp while they fit one chunk together.
+void launch_matvec(MatvecJobs jobs, int n_jobs, int groups) {
   const int64_t chunk_bytes = static_cast<int64_t>(Chunk<T>::kBlocks) * Fmt<T>::kBytes;
-  a.rpw = 1;
-  while (a.rpw < 4 && static_cast<int64_t>(a.row_bytes) * (a.rpw + 1) <= chunk_bytes) ++a.rpw;
-  const int64_t per_block = static_cast<int64_t>(kMvWarps) * a.rpw;
-  const dim3 grid(static_cast<unsigned>((a.n_rows + per_block - 1) / per_block), static_cast<unsigned>(groups));
-  const bool vec = (reinterpret_cast<uintptr_t>(a.w) % 16 == 0) && (a.row_bytes % 16 == 0);
-  if (vec) matvec_kernel<T, true><<<grid, kMvWarps * 32, 0, launch_stream()>>>(a);
-  else matvec_kernel<T, false><<<grid, kMvWarps * 32, 0, launch_stream()>>>(a);
+  int64_t blocks = 0;
+  bool vec = true;
+  for (int j = 0; j < n_jobs; ++j) {
+    MatvecArgs& a = jobs.job[j];
+    // Short rows: up to 4 per warp while they fit one chunk together.
+    a.rpw = 1;
+    while (a.rpw < 4 && static_cast<int64_t>(a.row_bytes) * (a.rpw + 1) <= chunk_bytes) ++a.rpw;
+    const int64_t per_block = static_cast<int64_t>(kMvWarps) * a.rpw;
+    blocks = std::max(blocks, (a.n_rows + per_block - 1) / per_block);
+    vec = vec && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.row_bytes % 16 == 0;
+  }
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(groups), static_cast<unsigned>(n_jobs));
+  if (vec) matvec_kernel<T, true><<<grid, kMvWarps * 32, 0, launch_stream()>>>(jobs);
+  else matvec_kernel<T, false><<<grid, kMvWarps * 32, 0, launch_stream()>>>(jobs);
 }
 
 enum class Act { F32, Q8_0, Q8_K, Bad };
@@ -492,38 +513,81 @@ size_t act_row_bytes(uint32_t type, int64_t cols) {
   }
 }
 
+namespace {
+
+// Quantizes the input of `op` into op.act (a no-op for float weights, whose dots read x) and
+// returns the kernel arguments.
+MatvecArgs prepare(const MatvecOp& op) {
+  const DevMatrix& w = *op.w;
+  const Act at = act_of(w.type);
+  const int q_rows = op.x_stride == 0 ? 1 : op.groups;
+  const size_t ab = act_row_bytes(w.type, w.cols);
+  MatvecArgs a{w.data, w.row_bytes, w.cols, op.n_rows, op.row0, op.group_rows, op.ids, nullptr,
+               op.x_stride == 0 ? 0 : ab, op.y, op.y_stride, 1};
+  if (at == Act::F32) {
+    a.act = reinterpret_cast<const uint8_t*>(op.x);
+    a.act_stride = static_cast<size_t>(op.x_stride) * 4;
+    return a;
+  }
+  a.act = op.act;
+  if (op.act_ready) return a;
+  const int64_t blocks = (at == Act::Q8_0 ? w.cols / 32 : w.cols / 256) * q_rows;
+  const unsigned nblk = static_cast<unsigned>((blocks + 3) / 4);  // 4 warps of 32, one per block
+  if (at == Act::Q8_0)
+    quant_q8_0_kernel<<<nblk, 128, 0, launch_stream()>>>(op.x, op.x_stride, w.cols, q_rows, op.act, ab);
+  else
+    quant_q8_k_kernel<<<nblk, 128, 0, launch_stream()>>>(op.x, op.x_stride, w.cols, q_rows, op.act, ab);
+  return a;
+}
+
+void launch_jobs(uint32_t type, const MatvecJobs& jobs, int n_jobs, int groups) {
+  switch (type) {
+    case kF32: launch_matvec<kF32>(jobs, n_jobs, groups); break;
+    case kF16: launch_matvec<kF16>(jobs, n_jobs, groups); break;
+    case kBF16: launch_matvec<kBF16>(jobs, n_jobs, groups); break;
+    case kQ8_0: launch_matvec<kQ8_0>(jobs, n_jobs, groups); break;
+    case kMXFP4: launch_matvec<kMXFP4>(jobs, n_jobs, groups); break;
+    case kQ2_K: launch_matvec<kQ2_K>(jobs, n_jobs, groups); break;
+    case kQ4_K: launch_matvec<kQ4_K>(jobs, n_jobs, groups); break;
+    case kIQ2_XXS: launch_matvec<kIQ2_XXS>(jobs, n_jobs, groups); break;
+    default: break;  // rejected by the host side before upload
+  }
+}
+
+}  // namespace
+
 void matvec(const DevMatrix& w, int64_t row0, int64_t n_rows, int64_t group_rows,
             const int32_t* ids, int groups, const float* x, int64_t x_stride, float* y,
             int64_t y_stride, uint8_t* act_scratch) {
   if (n_rows <= 0 || groups <= 0) return;
-  const Act at = act_of(w.type);
-  const int q_rows = x_stride == 0 ? 1 : groups;
-  const size_t ab = act_row_bytes(w.type, w.cols);
-  MatvecArgs a{w.data, w.row_bytes, w.cols, n_rows, row0, group_rows, ids, nullptr,
-               x_stride == 0 ? 0 : ab, y, y_stride};
-  if (at == Act::F32) {
-    a.act = reinterpret_cast<const uint8_t*>(x);
-    a.act_stride = static_cast<size_t>(x_stride) * 4;
-  } else {
-    const int64_t blocks = (at == Act::Q8_0 ? w.cols / 32 : w.cols / 256) * q_rows;
-    const unsigned nblk = static_cast<unsigned>((blocks + 3) / 4);  // 4 warps of 32, one per block
-    if (at == Act::Q8_0)
-      quant_q8_0_kernel<<<nblk, 128, 0, launch_stream()>>>(x, x_stride, w.cols, q_rows, act_scratch, ab);
-    else
-      quant_q8_k_kernel<<<nblk, 128, 0, launch_stream()>>>(x, x_stride, w.cols, q_rows, act_scratch, ab);
-    a.act = act_scratch;
+  MatvecOp op{&w, row0, n_rows, group_rows, ids, groups, x, x_stride, y, y_stride, act_scratch, false};
+  MatvecJobs jobs{};
+  jobs.job[0] = prepare(op);
+  launch_jobs(w.type, jobs, 1, groups);
+}
+
+void matvec_pair(const MatvecOp& a, const MatvecOp& b) {
+  if (a.w->type != b.w->type || a.groups != b.groups) {
+    matvec(*a.w, a.row0, a.n_rows, a.group_rows, a.ids, a.groups, a.x, a.x_stride, a.y, a.y_stride, a.act);
+    matvec(*b.w, b.row0, b.n_rows, b.group_rows, b.ids, b.groups, b.x, b.x_stride, b.y, b.y_stride, b.act);
+    return;
   }
-  switch (w.type) {
-    case kF32: launch_matvec<kF32>(a, groups); break;
-    case kF16: launch_matvec<kF16>(a, groups); break;
-    case kBF16: launch_matvec<kBF16>(a, groups); break;
-    case kQ8_0: launch_matvec<kQ8_0>(a, groups); break;
-    case kMXFP4: launch_matvec<kMXFP4>(a, groups); break;
-    case kQ2_K: launch_matvec<kQ2_K>(a, groups); break;
-    case kQ4_K: launch_matvec<kQ4_K>(a, groups); break;
-    case kIQ2_XXS: launch_matvec<kIQ2_XXS>(a, groups); break;
-    default: break;  // rejected by the host side before upload
+  // The same input in the same format is quantized once; different inputs need two buffers.
+  const bool shared = a.x == b.x && a.x_stride == b.x_stride && a.w->cols == b.w->cols && !b.act_ready;
+  if (!shared && act_of(a.w->type) != Act::F32 && a.act == b.act) {
+    matvec(*a.w, a.row0, a.n_rows, a.group_rows, a.ids, a.groups, a.x, a.x_stride, a.y, a.y_stride, a.act);
+    matvec(*b.w, b.row0, b.n_rows, b.group_rows, b.ids, b.groups, b.x, b.x_stride, b.y, b.y_stride, b.act);
+    return;
   }
+  MatvecJobs jobs{};
+  jobs.job[0] = prepare(a);
+  MatvecOp bb = b;
+  if (shared) {
+    bb.act = a.act;
+    bb.act_ready = true;
+  }
+  jobs.job[1] = prepare(bb);
+  launch_jobs(a.w->type, jobs, 2, a.groups);
 }
 
 }  // namespace ds4::cuda
