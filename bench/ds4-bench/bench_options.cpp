@@ -9,6 +9,7 @@
 
 #include "backend/synthetic/synthetic_model.h"
 #include "common/error.h"
+#include "engine/gpu_plan.h"
 
 namespace ds4::bench {
 
@@ -59,8 +60,11 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   app.add_option("--synthetic", o.synthetic,
                  "Full-size synthetic model generated in GPU memory: flash-q2, flash-q4 or pro-q2 (--cuda)");
   app.add_option("--seed", o.seed, "Seed of the synthetic weights and prompt");
-  app.add_option("--gpu-vram", o.gpu_vram, "Use at most this many GiB of GPU memory (0: all free)")
-      ->check(CLI::Range(0.0, 1e6));
+  std::optional<std::string> gpu_devices, gpu_vram;
+  app.add_option("--gpu-devices", gpu_devices,
+                 "CUDA devices, e.g. 0,1: --synthetic splits routed experts over them (0,0: two ranks on one GPU)");
+  app.add_option("--gpu-vram", gpu_vram,
+                 "GiB of GPU memory to use at most: one cap, or one per --gpu-devices entry (0 or auto: all free)");
   app.add_flag("--fill-state", o.fill_state,
                "Decode-only: start each frontier from a random KV state of that length (no prefill)");
   app.add_flag("--kernel-profile", o.kernel_profile,
@@ -78,6 +82,18 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   } catch (const CLI::ParseError& e) {
     fail("{}", e.what());
   }
+
+  if (gpu_devices) o.gpu_devices = parse_gpu_devices(*gpu_devices, /*allow_repeats=*/true);
+  if (gpu_vram)
+    if (const auto caps = parse_gpu_vram(*gpu_vram))
+      for (uint64_t b : *caps) o.gpu_vram.push_back(static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0));
+  const size_t n_devices = std::max<size_t>(o.gpu_devices.size(), 1);
+  if (o.gpu_vram.size() > 1 && o.gpu_vram.size() != n_devices)
+    fail("--gpu-vram lists {} caps but {} device{} used (--gpu-devices); give one cap, or one per device",
+         o.gpu_vram.size(), n_devices, n_devices == 1 ? " is" : "s are");
+  if (!o.gpu_devices.empty() && o.backend != "cuda") fail("--gpu-devices needs the CUDA backend (--cuda)");
+  if (o.kernel_profile && o.gpu_devices.size() > 1)
+    fail("--kernel-profile times one device's matvecs; give at most one --gpu-devices entry");
 
   if (o.synthetic) {
     if (o.backend != "cuda") fail("--synthetic needs the CUDA backend (--cuda)");

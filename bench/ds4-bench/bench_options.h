@@ -4,7 +4,8 @@
 // generation (--gen-tokens/--tokens/-n) and output (--csv). ds4-bench extras: --repeat (best of
 // N per frontier, for noisy shared machines), --prefill-chunk, --memcpy-mib, and for the CUDA
 // backend --synthetic NAME (a full-size model generated in GPU memory, seeded random token ids
-// as the prompt), --seed, --gpu-vram GiB (memory cap) and --kernel-profile (per-matrix-kind
+// as the prompt; --gpu-devices 0,1 splits its routed experts over several GPUs), --seed,
+// --gpu-vram GiB[,GiB...] (memory caps) and --kernel-profile (per-matrix-kind
 // matvec bandwidth against the measured device copy bandwidth), and --fill-state (decode at each
 // frontier from an imported random state of that length instead of a token-by-token prefill).
 #pragma once
@@ -37,7 +38,13 @@ struct BenchOptions {
   int64_t memcpy_mib = 256;                     ///< size of the DRAM memcpy reference; 0 = skip
   std::optional<std::string> synthetic;         ///< synthetic model: flash-q2, flash-q4, pro-q2 (CUDA)
   uint64_t seed = 1;                            ///< synthetic weights and prompt seed
-  double gpu_vram = 0;                          ///< GPU memory cap in GiB; 0 = all free memory
+  std::vector<int> gpu_devices;                 ///< --gpu-devices; empty = device 0 alone. With
+                                                ///< --synthetic and 2+ entries: expert parallel
+                                                ///< (repeats = ranks sharing a GPU); with -m:
+                                                ///< passed to Engine::open (distinct devices)
+  std::vector<double> gpu_vram;                 ///< --gpu-vram caps in GiB: none, one for every
+                                                ///< device, or one per --gpu-devices entry; 0 =
+                                                ///< no cap (all free memory)
   bool kernel_profile = false;                  ///< print the per-kernel roofline table (CUDA)
   bool fill_state = false;                      ///< decode-only: import a random state per frontier
 };
@@ -47,7 +54,10 @@ struct BenchOptions {
 /// complete message for an unknown flag, a malformed or out-of-range number, a missing model or
 /// prompt file, not exactly one of --prompt-file/--chat-prompt-file, --ctx-start > --ctx-max,
 /// --ctx-alloc <= ctx-max + gen-tokens, --synthetic without --cuda, an unknown synthetic name,
-/// --synthetic with -m or a prompt file, and a negative --gpu-vram. Does not open the model.
+/// --synthetic with -m or a prompt file, a bad --gpu-devices list (repeats are allowed), a
+/// negative or malformed --gpu-vram, --gpu-vram with more than one cap but not one per
+/// --gpu-devices entry, --gpu-devices without --cuda, and --kernel-profile with several
+/// devices. Does not open the model.
 std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& args,
                                                 const std::string& default_model);
 

@@ -17,6 +17,8 @@
 #include "engine/session.h"
 #include "frontiers.h"
 #include "sweep.h"
+#include "synthetic_shards.h"
+#include "model/kv_state.h"
 
 namespace ds4::bench {
 namespace {
@@ -150,11 +152,166 @@ TEST(Options, RejectsBadInput) {
                                        "--kernel-profile"}, kModel);
   ASSERT_TRUE(ok.has_value());
   EXPECT_EQ(*ok->synthetic, "pro-q2");
-  EXPECT_EQ(ok->gpu_vram, 40.0);
+  EXPECT_EQ(ok->gpu_vram, std::vector<double>{40.0});  // the old single-number cap
+  EXPECT_TRUE(ok->gpu_devices.empty());
   EXPECT_EQ(ok->seed, 9u);
   EXPECT_TRUE(ok->kernel_profile);
   EXPECT_FALSE(ok->fill_state);
   EXPECT_TRUE(parse_bench_options({"--cuda", "--synthetic", "flash-q2", "--fill-state"}, kModel)->fill_state);
+}
+
+// --gpu-devices (repeats allowed: ranks sharing a GPU) and --gpu-vram (one cap, or one per
+// device; auto = no cap) for the expert-parallel synthetic backend.
+TEST(Options, GpuDevicesAndPerDeviceVram) {
+  const std::vector<std::string> q4 = {"--cuda", "--synthetic", "flash-q4"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = q4;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  BenchOptions o = parse(with({"--gpu-devices", "0,1"}));
+  EXPECT_EQ(o.gpu_devices, (std::vector<int>{0, 1}));
+  EXPECT_TRUE(o.gpu_vram.empty());
+  o = parse(with({"--gpu-devices", "0,0", "--gpu-vram", "70,60.5"}));
+  EXPECT_EQ(o.gpu_devices, (std::vector<int>{0, 0}));
+  EXPECT_EQ(o.gpu_vram, (std::vector<double>{70.0, 60.5}));
+  o = parse(with({"--gpu-devices", "3,1,2", "--gpu-vram", "100"}));  // one cap for every device
+  EXPECT_EQ(o.gpu_devices, (std::vector<int>{3, 1, 2}));
+  EXPECT_EQ(o.gpu_vram, std::vector<double>{100.0});
+  EXPECT_TRUE(parse(with({"--gpu-vram", "auto"})).gpu_vram.empty());
+  EXPECT_EQ(parse(with({"--gpu-devices", "1"})).gpu_devices, std::vector<int>{1});
+  // A model file: the device list goes to Engine::open (which checks it there).
+  EXPECT_EQ(parse({"--prompt-file", kText, "--cuda", "--gpu-devices", "0,1"}).gpu_devices, (std::vector<int>{0, 1}));
+
+  expect_rejected(with({"--gpu-devices", ""}), "--gpu-devices \"\": empty item");
+  expect_rejected(with({"--gpu-devices", "0,,1"}), "empty item");
+  expect_rejected(with({"--gpu-devices", "0,x"}), "\"x\" is not a CUDA device ordinal");
+  expect_rejected(with({"--gpu-devices", "-1"}), "not a CUDA device ordinal");
+  expect_rejected(with({"--gpu-devices", "1024"}), "not a CUDA device ordinal (0..1023)");
+  expect_rejected(with({"--gpu-vram", "40,abc"}), "\"abc\" is not a budget in GiB");
+  expect_rejected(with({"--gpu-vram", "-5"}), "is not a budget in GiB");
+  expect_rejected(with({"--gpu-devices", "0,1", "--gpu-vram", "1,2,3"}),
+                  "--gpu-vram lists 3 caps but 2 devices are used (--gpu-devices)");
+  expect_rejected(with({"--gpu-vram", "40,40"}), "--gpu-vram lists 2 caps but 1 device is used");
+  expect_rejected({"--prompt-file", kText, "--gpu-devices", "0,1"}, "--gpu-devices needs the CUDA backend (--cuda)");
+  expect_rejected({"--prompt-file", kText, "--cpu", "--gpu-devices", "0"}, "--gpu-devices needs the CUDA backend");
+  expect_rejected(with({"--gpu-devices", "0,1", "--kernel-profile"}), "--kernel-profile times one device");
+}
+
+// Per-rank budgets: a device's free memory is shared evenly by the ranks listed on it, then
+// capped (one cap for all, or one per rank; 0 = no cap).
+TEST(SyntheticShards, RankBudgetsShareDevicesAndApplyCaps) {
+  constexpr uint64_t G = uint64_t{1} << 30;
+  const std::vector<int> devs{0, 0, 1};
+  const std::vector<uint64_t> free{100 * G, 100 * G, 60 * G};
+  EXPECT_EQ(rank_budgets(devs, free, {}), (std::vector<uint64_t>{50 * G, 50 * G, 60 * G}));
+  EXPECT_EQ(rank_budgets(devs, free, {40}), (std::vector<uint64_t>{40 * G, 40 * G, 40 * G}));
+  EXPECT_EQ(rank_budgets(devs, free, {0, 45, 10}), (std::vector<uint64_t>{50 * G, 45 * G, 10 * G}));
+  EXPECT_EQ(rank_budgets({2}, {7 * G}, {0.5}), std::vector<uint64_t>{G / 2});
+  EXPECT_THROW(rank_budgets(devs, {G}, {}), Error);
+  try {
+    rank_budgets(devs, free, {1, 2});
+    ADD_FAILURE() << "accepted two caps for three devices";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--gpu-vram lists 2 caps but --gpu-devices lists 3 devices"),
+              std::string::npos) << e.what();
+  }
+}
+
+/// Device bytes of one tensor, worked out here from the shape and ggml block geometry:
+/// vectors, hash tables and APE tables as 4-byte elements, matrices in blocks.
+uint64_t tensor_bytes_by_hand(const model::TensorSpec& s, model::Recipe recipe) {
+  uint64_t elems = 1;
+  for (uint64_t d : s.shape) elems *= d;
+  if (s.kind == model::TensorKind::Vector || s.kind == model::TensorKind::HashTable ||
+      s.name.find("_ape.") != std::string::npos)
+    return 4 * elems;
+  const auto info = ggml_type_info(static_cast<uint32_t>(model::recipe_type(s, recipe)));
+  return elems / info->block_elems * info->block_bytes;
+}
+
+// A rank's memory: every non-routed tensor, its experts' share of the routed stacks, and the
+// whole model's KV and scratch; checked against a sum over the tensor list done here.
+TEST(SyntheticShards, ShardMemoryCountsOnlyItsExperts) {
+  for (const char* name : {"flash-q2", "flash-q4"}) {
+    const synth::SyntheticSpec spec = synth::parse_synthetic(name);
+    const model::Config& c = spec.config;
+    const int64_t ctx = 32768 + 129;
+    uint64_t dense = 0, routed_per_expert = 0;
+    for (const model::TensorSpec& s : model::expected_tensors(c)) {
+      const uint64_t b = tensor_bytes_by_hand(s, spec.recipe);
+      if (s.kind == model::TensorKind::RoutedGateUp || s.kind == model::TensorKind::RoutedDown) {
+        ASSERT_EQ(b % c.n_expert, 0u) << s.name;
+        routed_per_expert += b / c.n_expert;
+      } else {
+        dense += b;
+      }
+    }
+    const auto full = synth::plan_memory(c, [&](const model::TensorSpec& s) { return model::recipe_type(s, spec.recipe); }, ctx);
+    ASSERT_EQ(full.weights, dense + c.n_expert * routed_per_expert) << name;
+    for (const auto& [b, e] : std::vector<std::pair<uint32_t, uint32_t>>{{0, 128}, {128, 256}, {0, 1}, {17, 200}, {0, 256}}) {
+      const synth::MemoryPlan p = shard_memory(spec, ctx, b, e);
+      EXPECT_EQ(p.weights, dense + (e - b) * routed_per_expert) << name << " " << b << "-" << e;
+      EXPECT_EQ(p.kv, model::KvState::estimate(c, ctx).total());
+      EXPECT_EQ(p.scratch, full.scratch);
+      EXPECT_EQ(p.ctx, ctx);
+    }
+    EXPECT_THROW(shard_memory(spec, ctx, 5, 5), Error);
+    EXPECT_THROW(shard_memory(spec, ctx, 0, 257), Error);
+  }
+}
+
+// plan_gpus' expert ranges over rank budgets, with each rank's plan equal to its shard memory
+// plus the headroom; ranges in proportion to the room left after the replicated part
+// (largest-remainder rounding, worked here); refusals name the device and the shortfall.
+TEST(SyntheticShards, PlanSplitsExpertsByRoomAndRefusesWhatDoesNotFit) {
+  constexpr uint64_t G = uint64_t{1} << 30, headroom = uint64_t{512} << 20;
+  const synth::SyntheticSpec spec = synth::parse_synthetic("flash-q4");
+  const int64_t ctx = 2048 + 16 + 1;
+  const uint64_t per_expert = shard_memory(spec, ctx, 0, 2).weights - shard_memory(spec, ctx, 0, 1).weights;
+  const uint64_t replicated = shard_memory(spec, ctx, 0, 1).total() - per_expert + headroom;
+
+  SyntheticShardPlan p = plan_synthetic_shards(spec, ctx, {0, 1}, {139 * G, 139 * G});
+  ASSERT_EQ(p.shards.size(), 2u);
+  EXPECT_EQ(p.shards[0].expert_begin, 0u);
+  EXPECT_EQ(p.shards[0].expert_end, 128u);
+  EXPECT_EQ(p.shards[1].expert_begin, 128u);
+  EXPECT_EQ(p.shards[1].expert_end, 256u);
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(p.placement.devices[r].bytes, p.shards[r].memory.total() + headroom);
+    EXPECT_EQ(p.shards[r].memory.total(), replicated - headroom + 128 * per_expert);
+    EXPECT_EQ(p.shards[r].budget, 139 * G);
+    EXPECT_EQ(p.shards[r].device, static_cast<int>(r));
+  }
+  const std::string text = p.describe();
+  EXPECT_NE(text.find("GPU config: expert parallel over 2 devices, ctx 2065"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 1 cuda:1 experts 128-255 (128 of 256): weights "), std::string::npos) << text;
+
+  // Uneven budgets on one shared device: rooms 100 - R and 90 - R.
+  const std::vector<uint64_t> budgets{100 * G, 90 * G};
+  p = plan_synthetic_shards(spec, ctx, {0, 0}, budgets);
+  const double r0 = static_cast<double>(budgets[0] - replicated), r1 = static_cast<double>(budgets[1] - replicated);
+  const double share0 = 256 * r0 / (r0 + r1), share1 = 256 * r1 / (r0 + r1);
+  uint32_t n0 = static_cast<uint32_t>(share0), n1 = static_cast<uint32_t>(share1);
+  if (n0 + n1 < 256) (share0 - n0 >= share1 - n1 ? n0 : n1) += 1;
+  ASSERT_EQ(n0 + n1, 256u);
+  EXPECT_EQ(p.shards[0].expert_end, n0);
+  EXPECT_EQ(p.shards[1].expert_begin, n0);
+  EXPECT_EQ(p.shards[0].device, 0);
+  EXPECT_EQ(p.shards[1].device, 0);
+  EXPECT_EQ(p.placement.devices[1].bytes, replicated + n1 * per_expert);
+
+  // 153 GiB of weights do not fit two 70 GiB ranks: cuda:0 named with its shortfall.
+  try {
+    plan_synthetic_shards(spec, ctx, {0, 1}, {70 * G, 70 * G});
+    ADD_FAILURE() << "flash-q4 accepted in 2 x 70 GiB";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("does not fit: cuda:0 needs"), std::string::npos) << m;
+    EXPECT_NE(m.find("but its budget is 70.0 GiB (short by "), std::string::npos) << m;
+  }
+  EXPECT_THROW(plan_synthetic_shards(spec, ctx, {0, 1}, {139 * G, 0}), Error);
+  EXPECT_THROW(plan_synthetic_shards(spec, ctx, {0, 1}, {139 * G}), Error);
 }
 
 // A random state of n tokens has the real shapes: it imports into a session, decodes to finite

@@ -11,6 +11,7 @@
 #include "backend/synthetic/synthetic_model.h"
 #ifdef DS4_BENCH_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/expert_parallel.h"
 #endif
 #include "bandwidth.h"
 #include "bench_options.h"
@@ -21,6 +22,7 @@
 #include "engine/engine.h"
 #include "frontiers.h"
 #include "sweep.h"
+#include "synthetic_shards.h"
 #include "tokenizer/special_tokens.h"
 
 #ifndef DS4_DEFAULT_MODEL
@@ -62,18 +64,45 @@ struct Loaded {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> csv{nullptr, &std::fclose};  ///< null: stdout
 };
 
+#ifdef DS4_BENCH_CUDA
+/// --synthetic with several --gpu-devices: per-rank budgets from each device's free memory
+/// (shared evenly by ranks on one device) and the caps, the per-rank plan printed, then the
+/// expert-parallel synthetic backend (ds4::Error before any allocation when a share does not fit).
+void load_synthetic_expert_parallel(const BenchOptions& o, int64_t ctx, Loaded& l) {
+  std::vector<uint64_t> free_b;
+  for (int d : o.gpu_devices) {
+    const auto [f, total] = ds4::cuda::device_memory(d);
+    std::fprintf(stderr, "ds4-bench: GPU %d: %.2f GiB free of %.2f GiB\n", d, f / 1073741824.0, total / 1073741824.0);
+    free_b.push_back(f);
+  }
+  const auto budgets = ds4::bench::rank_budgets(o.gpu_devices, free_b, o.gpu_vram);
+  const ds4::bench::SyntheticShardPlan plan = ds4::bench::plan_synthetic_shards(*l.spec, ctx, o.gpu_devices, budgets);
+  std::fprintf(stderr, "ds4-bench: synthetic %s, expert parallel:\n%s", l.spec->name.c_str(), plan.describe().c_str());
+  std::vector<std::pair<uint32_t, uint32_t>> ranges;
+  for (const auto& k : plan.shards) ranges.emplace_back(k.expert_begin, k.expert_end);
+  l.synthetic = ds4::cuda::make_synthetic_expert_parallel_backend(*l.spec, o.seed, o.gpu_devices, ranges);
+}
+#endif
+
 /// --synthetic: prints the memory plan, then generates the model in GPU memory (which checks
 /// the plan against the free memory and --gpu-vram first); the prompt is seeded random ids.
 void load_synthetic(const BenchOptions& o, Loaded& l) {
   l.spec = ds4::synth::parse_synthetic(*o.synthetic);
   const int64_t ctx = ds4::bench::effective_ctx_alloc(o);
 #ifdef DS4_BENCH_CUDA
-  const ds4::synth::MemoryPlan plan = ds4::cuda::synthetic_plan(*l.spec, ctx);
-  std::fprintf(stderr, "ds4-bench: synthetic %s memory plan: %s\n", l.spec->name.c_str(), plan.describe().c_str());
-  const auto [free_b, total_b] = ds4::cuda::device_memory(0);
-  std::fprintf(stderr, "ds4-bench: GPU 0: %.2f GiB free of %.2f GiB%s\n", free_b / 1073741824.0,
-               total_b / 1073741824.0, o.gpu_vram > 0 ? fmt::format(", cap --gpu-vram {:.2f} GiB", o.gpu_vram).c_str() : "");
-  l.synthetic = ds4::cuda::make_synthetic_backend(*l.spec, {.device = 0, .seed = o.seed, .ctx = ctx, .gpu_vram_gib = o.gpu_vram});
+  if (o.gpu_devices.size() > 1) {
+    load_synthetic_expert_parallel(o, ctx, l);
+  } else {
+    const int device = o.gpu_devices.empty() ? 0 : o.gpu_devices[0];
+    const double cap = o.gpu_vram.empty() ? 0.0 : o.gpu_vram[0];
+    const ds4::synth::MemoryPlan plan = ds4::cuda::synthetic_plan(*l.spec, ctx);
+    std::fprintf(stderr, "ds4-bench: synthetic %s memory plan: %s\n", l.spec->name.c_str(), plan.describe().c_str());
+    const auto [free_b, total_b] = ds4::cuda::device_memory(device);
+    std::fprintf(stderr, "ds4-bench: GPU %d: %.2f GiB free of %.2f GiB%s\n", device, free_b / 1073741824.0,
+                 total_b / 1073741824.0, cap > 0 ? fmt::format(", cap --gpu-vram {:.2f} GiB", cap).c_str() : "");
+    l.synthetic = ds4::cuda::make_synthetic_backend(
+        *l.spec, {.device = device, .seed = o.seed, .ctx = ctx, .gpu_vram_gib = cap});
+  }
 #else
   (void)ctx;
   ds4::fail("--synthetic {}: this build has no CUDA backend (built without nvcc)", *o.synthetic);
@@ -95,7 +124,14 @@ Loaded load(const BenchOptions& o) {
     load_synthetic(o, l);
     return l;
   }
-  l.engine = ds4::Engine::open({.model_path = o.model, .backend = o.backend, .threads = o.threads});
+  std::string devices;
+  for (int d : o.gpu_devices) {
+    if (!devices.empty()) devices += ',';
+    devices += std::to_string(d);
+  }
+  l.engine = ds4::Engine::open({.model_path = o.model, .backend = o.backend, .threads = o.threads,
+                                .gpu_devices = devices,
+                                .plan_ctx = ds4::bench::effective_ctx_alloc(o)});
   l.prompt = prompt_tokens(*l.engine, o);
   if (static_cast<int64_t>(l.prompt.size()) < o.ctx_max)
     ds4::fail("the prompt has {} tokens, need at least --ctx-max = {}", l.prompt.size(), o.ctx_max);
@@ -104,9 +140,9 @@ Loaded load(const BenchOptions& o) {
 
 /// The per-matrix-kind matvec table (--kernel-profile): bytes per token, time, GB/s and the
 /// fraction of the device copy bandwidth measured in the same process.
-void kernel_profile(ds4::Backend& backend) {
+void kernel_profile(ds4::Backend& backend, int device) {
 #ifdef DS4_BENCH_CUDA
-  const double copy = ds4::cuda::copy_bandwidth_gbps(0, size_t{2} << 30);
+  const double copy = ds4::cuda::copy_bandwidth_gbps(device, size_t{2} << 30);
   std::fprintf(stderr, "ds4-bench: device copy bandwidth (2 GiB cudaMemcpy, read+write): %.0f GB/s\n", copy);
   std::fprintf(stderr, "ds4-bench: %-24s %-8s %5s %10s %10s %8s %6s\n", "matvec (per token)", "type", "calls",
                "MB", "us", "GB/s", "copy%");
@@ -122,6 +158,7 @@ void kernel_profile(ds4::Backend& backend) {
                "total", "", "", tb / 1e6, ts * 1e6, tb / ts / 1e9, 100.0 * tb / ts / 1e9 / copy, 1.0 / ts);
 #else
   (void)backend;
+  (void)device;
   ds4::fail("--kernel-profile needs the CUDA backend");
 #endif
 }
@@ -136,7 +173,8 @@ int run(const BenchOptions& o, Loaded& l) {
                : ds4::synth::decode_weight_bytes(config, [&](const ds4::model::TensorSpec& s) {
                    return ds4::model::recipe_type(s, l.spec->recipe);
                  });
-  if (o.kernel_profile) kernel_profile(backend);
+  const int device = o.gpu_devices.empty() ? 0 : o.gpu_devices[0];  // copy reference: first device
+  if (o.kernel_profile) kernel_profile(backend, device);
 
   std::fprintf(stderr, "ds4-bench: %s, backend %s, %d threads, prompt %zu tokens, ctx %lld\n",
                l.spec ? ("synthetic " + l.spec->name).c_str() : o.model.c_str(), backend.name().c_str(),
@@ -144,7 +182,7 @@ int run(const BenchOptions& o, Loaded& l) {
   double mc_ws = 0;  // the reference bandwidth: host memcpy (CPU) or device copy (CUDA)
   if (backend.name() == "cuda") {
 #ifdef DS4_BENCH_CUDA
-    mc_ws = ds4::cuda::copy_bandwidth_gbps(0, size_t{2} << 30);
+    mc_ws = ds4::cuda::copy_bandwidth_gbps(device, size_t{2} << 30);
 #endif
     std::fprintf(stderr, "ds4-bench: a decode step reads %.3f MB of weights; device copy (2 GiB): %.2f GB/s\n",
                  weight_bytes / 1e6, mc_ws);

@@ -33,14 +33,14 @@ std::string gib(uint64_t bytes) { return fmt::format("{:.1f} GiB", static_cast<d
 
 }  // namespace
 
-std::vector<int> parse_gpu_devices(std::string_view text) {
+std::vector<int> parse_gpu_devices(std::string_view text, bool allow_repeats) {
   std::vector<int> out;
   for (std::string_view item : split_commas(text, "--gpu-devices")) {
     int v = -1;
     const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     if (ec != std::errc{} || end != item.data() + item.size() || v < 0 || v > 1023)
       fail("--gpu-devices \"{}\": \"{}\" is not a CUDA device ordinal (0..1023)", text, item);
-    if (std::find(out.begin(), out.end(), v) != out.end())
+    if (!allow_repeats && std::find(out.begin(), out.end(), v) != out.end())
       fail("--gpu-devices \"{}\": device {} is listed twice", text, v);
     out.push_back(v);
   }
@@ -111,9 +111,10 @@ GpuPlan plan_gpus(const ModelFootprint& fp, const std::vector<int>& devices,
   if (active.empty()) fail("every --gpu-vram budget is 0: no device may hold the model");
 
   const auto does_not_fit = [&](const DevicePlacement& d, std::string_view what) {
-    fail("the model does not fit: cuda:{} needs {} ({}) but its budget is {}; total need is {} "
-         "for ctx {} (raise --gpu-vram, add devices with --gpu-devices, or lower --ctx)",
-         d.device, gib(d.bytes), what, gib(d.budget), gib(fp.total() + scratch_bytes), fp.ctx);
+    fail("the model does not fit: cuda:{} needs {} ({}) but its budget is {} (short by {}); total "
+         "need is {} for ctx {} (raise --gpu-vram, add devices with --gpu-devices, or lower --ctx)",
+         d.device, gib(d.bytes), what, gib(d.budget), gib(d.bytes - d.budget),
+         gib(fp.total() + scratch_bytes), fp.ctx);
   };
   const uint32_t n_layer = static_cast<uint32_t>(fp.layers.size());
 

@@ -18,10 +18,11 @@
 
 namespace ds4 {
 
-/// Parses --gpu-devices: comma-separated CUDA device ordinals ("0", "0,1,3").
+/// Parses --gpu-devices: comma-separated CUDA device ordinals ("0", "0,1,3"; with
+/// `allow_repeats` also "0,0": ranks sharing one device, as ds4-bench allows for testing).
 /// Throws ds4::Error for an empty list or item, a non-number, a negative or > 1023 ordinal, or
-/// a device listed twice.
-std::vector<int> parse_gpu_devices(std::string_view text);
+/// (unless allow_repeats) a device listed twice.
+std::vector<int> parse_gpu_devices(std::string_view text, bool allow_repeats = false);
 
 /// Parses --gpu-vram: "auto" (std::nullopt: use what each device reports free) or
 /// comma-separated budgets in GiB ("70", "70,64.5"); a budget of 0 leaves that device unused.

@@ -34,6 +34,10 @@ TEST(GpuPlanParse, DevicesList) {
   for (const char* bad : {"", "0,,1", ",0", "0,", "a", "-1", "1024", "1x", " 1"})
     EXPECT_THAT(error_of([&] { parse_gpu_devices(bad); }), HasSubstr("--gpu-devices")) << bad;
   EXPECT_THAT(error_of([] { parse_gpu_devices("0,1,0"); }), HasSubstr("device 0 is listed twice"));
+  // ds4-bench --synthetic: ranks sharing one device.
+  EXPECT_EQ(parse_gpu_devices("0,1,0", /*allow_repeats=*/true), (std::vector<int>{0, 1, 0}));
+  EXPECT_EQ(parse_gpu_devices("2,2", true), (std::vector<int>{2, 2}));
+  EXPECT_THAT(error_of([] { parse_gpu_devices("0,,0", true); }), HasSubstr("empty item"));
 }
 
 TEST(GpuPlanParse, VramBudgets) {
@@ -164,6 +168,13 @@ TEST(GpuPlanExpertParallel, ReplicatesDenseSplitsExperts) {
 
   EXPECT_THAT(error_of([&] { plan_gpus(fp, {0, 1}, {30, 30}, GpuPlanMode::expert_parallel, 1); }),
               HasSubstr("does not fit: cuda:0"));
+  // 40 bytes on a budget of 30 (2 experts): the shortfall is named (0.0 GiB at this scale).
+  EXPECT_THAT(error_of([&] { plan_gpus(fp, {0, 1}, {30, 30}, GpuPlanMode::expert_parallel, 1); }),
+              HasSubstr("but its budget is 0.0 GiB (short by 0.0 GiB)"));
+  EXPECT_THAT(error_of([&] { plan_gpus(fp, {0, 1}, {uint64_t{3} << 30, uint64_t{4} << 30},
+                                       GpuPlanMode::expert_parallel, uint64_t{5} << 30); }),
+              HasSubstr("cuda:0 needs 5.0 GiB (replicated weights and KV 5.0 GiB + experts 0-1) but its "
+                        "budget is 3.0 GiB (short by 2.0 GiB)"));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "backend/cuda/synth_range.h"
 #include "backend/synthetic/synthetic_model.h"
 #include "quant/quant.h"
 
@@ -114,8 +115,14 @@ DeviceWeights::DeviceWeights(const model::Config& c, const model::Weights& w, ui
   output_norm = upload(w.output_norm);
 }
 
-DeviceWeights::DeviceWeights(const model::Config& c, model::Recipe recipe, uint64_t seed) {
+DeviceWeights::DeviceWeights(const model::Config& c, model::Recipe recipe, uint64_t seed,
+                             uint32_t expert_begin, uint32_t expert_end) {
   c.validate("synthetic model config");
+  if (expert_end == 0) expert_end = c.n_expert;
+  if (expert_begin >= expert_end || expert_end > c.n_expert)
+    fail("synthetic CUDA weights: expert range [{}, {}) is not within the model's {} experts",
+         expert_begin, expert_end, c.n_expert);
+  const bool all_experts = expert_begin == 0 && expert_end == c.n_expert;
   std::map<std::string, model::TensorSpec> specs;
   for (model::TensorSpec& s : model::expected_tensors(c)) specs.emplace(s.name, std::move(s));
   auto spec_of = [&](const std::string& name) -> const model::TensorSpec* {
@@ -135,7 +142,20 @@ DeviceWeights::DeviceWeights(const model::Config& c, model::Recipe recipe, uint6
     const auto cols = static_cast<int64_t>(s->shape[0]);
     const auto rows = static_cast<int64_t>(elems(*s) / s->shape[0]);
     const synth::SynthParams p = synth::synth_params(type, synth::matrix_stdev(*s), synth::tensor_seed(seed, name));
-    DeviceArray<uint8_t> buf(quant::row_bytes(type, cols) * static_cast<size_t>(rows), /*zero=*/false);
+    const size_t row_bytes = quant::row_bytes(type, cols);
+    const bool routed = s->kind == model::TensorKind::RoutedGateUp || s->kind == model::TensorKind::RoutedDown;
+    if (routed && !all_experts) {
+      // Expert-major stack: expert e owns rows [e * per, (e + 1) * per) of the whole tensor.
+      const int64_t per = rows / c.n_expert;
+      const int64_t first_row = per * expert_begin, n_rows = per * (expert_end - expert_begin);
+      const uint64_t blocks_per_row = row_bytes / p.block_bytes;
+      DeviceArray<uint8_t> buf(row_bytes * static_cast<size_t>(n_rows), /*zero=*/false);
+      synth_fill_range(p, buf.get(), static_cast<uint64_t>(first_row) * blocks_per_row,
+                       static_cast<uint64_t>(n_rows) * blocks_per_row);
+      check(cudaGetLastError(), "synthetic expert shard generation");
+      return adopt(std::move(buf), type, cols, n_rows, true);
+    }
+    DeviceArray<uint8_t> buf(row_bytes * static_cast<size_t>(rows), /*zero=*/false);
     synth_fill(p, buf.get(), buf.size() / p.block_bytes);
     check(cudaGetLastError(), "synthetic weight generation");
     return adopt(std::move(buf), type, cols, rows, s->kind != model::TensorKind::TokenEmbedding);

@@ -40,8 +40,14 @@ class DeviceWeights {
   /// Generates a synthetic model of config `c` directly in device memory: every tensor of
   /// model::expected_tensors(c) with type model::recipe_type(spec, recipe) and seeded random
   /// blocks (synth::synth_block, stdev synth::matrix_stdev), vectors and hash tables from
-  /// synth::fill_vector / synth::hash_table. Throws ds4::Error when device memory runs out.
-  DeviceWeights(const model::Config& c, model::Recipe recipe, uint64_t seed);
+  /// synth::fill_vector / synth::hash_table. With expert parallelism only the routed experts
+  /// [expert_begin, expert_end) are generated (local ids 0..end-begin-1): their rows of
+  /// ffn_{gate,up,down}_exps with the same tensor seeds and block indices as in the whole
+  /// tensor, so they equal those rows of the single-device model byte for byte; expert_end 0
+  /// means every expert. Throws ds4::Error for a bad expert range or when device memory runs
+  /// out.
+  DeviceWeights(const model::Config& c, model::Recipe recipe, uint64_t seed, uint32_t expert_begin = 0,
+                uint32_t expert_end = 0);
 
   std::vector<DevLayer> layers;
   DevMatrix token_embd;  ///< [n_embd, n_vocab], F32/F16/BF16/Q8_0 (rows looked up by embed())

@@ -143,9 +143,13 @@ class ExpertParallelSession final : public BackendSession {
   std::vector<std::unique_ptr<CudaForward>> forwards_;
 };
 
+/// Builds the weights of one rank (on the current device) holding experts [begin, end).
+using RankWeightsFactory = std::function<std::unique_ptr<DeviceWeights>(uint32_t begin, uint32_t end)>;
+
 class ExpertParallelBackend final : public Backend {
  public:
-  ExpertParallelBackend(const model::Config& c, const model::Weights& w, const std::vector<int>& devices,
+  ExpertParallelBackend(const model::Config& c, const RankWeightsFactory& make_weights,
+                        const std::vector<int>& devices,
                         const std::vector<std::pair<uint32_t, uint32_t>>& ranges)
       : c_(c) {
     const bool same = std::all_of(devices.begin(), devices.end(), [&](int d) { return d == devices[0]; });
@@ -160,7 +164,7 @@ class ExpertParallelBackend final : public Backend {
       k.device = devices[r];
       k.shard = ExpertShard{ranges[r].first, ranges[r].second, static_cast<int>(r), reducer_.get()};
       select(k.device);
-      k.weights = std::make_unique<DeviceWeights>(c_, w, k.shard.begin, k.shard.end);
+      k.weights = make_weights(k.shard.begin, k.shard.end);
     }
   }
   std::string name() const override { return "cuda"; }
@@ -174,11 +178,10 @@ class ExpertParallelBackend final : public Backend {
   std::vector<Rank> ranks_;
 };
 
-}  // namespace
-
-std::unique_ptr<Backend> make_expert_parallel_backend(
-    const model::Config& config, const model::Weights& weights, const std::vector<int>& devices,
-    const std::vector<std::pair<uint32_t, uint32_t>>& ranges) {
+/// The checks shared by both factories (see make_expert_parallel_backend's doc), then every
+/// device prepared.
+void check_layout(const model::Config& config, const std::vector<int>& devices,
+                  const std::vector<std::pair<uint32_t, uint32_t>>& ranges) {
   if (devices.empty()) fail("expert parallelism needs at least one device");
   if (ranges.size() != devices.size())
     fail("expert parallelism: {} expert ranges for {} devices", ranges.size(), devices.size());
@@ -200,7 +203,31 @@ std::unique_ptr<Backend> make_expert_parallel_backend(
     if (d < 0 || d >= n) fail("--gpu-devices: CUDA device {} does not exist ({} present)", d, n);
   // Same setup as the single-device backend (quantization tables on every device).
   for (int d : devices) prepare_device(d);
-  return std::make_unique<ExpertParallelBackend>(config, weights, devices, ranges);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_expert_parallel_backend(
+    const model::Config& config, const model::Weights& weights, const std::vector<int>& devices,
+    const std::vector<std::pair<uint32_t, uint32_t>>& ranges) {
+  check_layout(config, devices, ranges);
+  return std::make_unique<ExpertParallelBackend>(
+      config,
+      [&](uint32_t b, uint32_t e) { return std::make_unique<DeviceWeights>(config, weights, b, e); },
+      devices, ranges);
+}
+
+std::unique_ptr<Backend> make_synthetic_expert_parallel_backend(
+    const synth::SyntheticSpec& spec, uint64_t seed, const std::vector<int>& devices,
+    const std::vector<std::pair<uint32_t, uint32_t>>& ranges) {
+  spec.config.validate("synthetic model config");
+  check_layout(spec.config, devices, ranges);
+  return std::make_unique<ExpertParallelBackend>(
+      spec.config,
+      [&](uint32_t b, uint32_t e) {
+        return std::make_unique<DeviceWeights>(spec.config, spec.recipe, seed, b, e);
+      },
+      devices, ranges);
 }
 
 }  // namespace ds4::cuda

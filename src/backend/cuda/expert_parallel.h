@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/synthetic/synthetic_model.h"
 #include "engine/backend.h"
 #include "model/config.h"
 #include "model/weights.h"
@@ -50,6 +51,17 @@ struct ExpertShard {
 /// device memory that runs out.
 std::unique_ptr<Backend> make_expert_parallel_backend(
     const model::Config& config, const model::Weights& weights, const std::vector<int>& devices,
+    const std::vector<std::pair<uint32_t, uint32_t>>& ranges);
+
+/// An expert-parallel backend for a synthetic model (ds4-bench --synthetic NAME --gpu-devices):
+/// rank r generates in the memory of `devices[r]` every non-routed tensor and only routed
+/// experts `ranges[r]`, with the seeds and block indices of the single-device synthetic model
+/// (DeviceWeights' synthetic constructor), so the ranks together hold exactly the weights of
+/// cuda::make_synthetic_backend(spec, {.seed = seed}) and give its logits bit for bit. The
+/// caller checks memory first (ds4-bench prints the per-rank plan). Throws ds4::Error as
+/// make_expert_parallel_backend does, or for a config that does not validate.
+std::unique_ptr<Backend> make_synthetic_expert_parallel_backend(
+    const synth::SyntheticSpec& spec, uint64_t seed, const std::vector<int>& devices,
     const std::vector<std::pair<uint32_t, uint32_t>>& ranges);
 
 }  // namespace ds4::cuda
