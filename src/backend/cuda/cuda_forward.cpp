@@ -135,7 +135,17 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   act_ = DeviceArray<uint8_t>(dw.max_act_bytes * std::max<size_t>({U, c.n_out_group, 1}));
   tokens_ = DeviceArray<int32_t>(static_cast<size_t>(ctx));
   reset();
-  check(cudaStreamCreate(&stream_), "cudaStreamCreate");  // last: nothing below can throw
+  // Streams and events last, released here if one cannot be made (the destructor will not run).
+  cudaError_t st = cudaStreamCreate(&stream_);
+  if (st == cudaSuccess) st = cudaStreamCreate(&side_);
+  if (st == cudaSuccess) st = cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming);
+  if (st == cudaSuccess) st = cudaEventCreateWithFlags(&join_, cudaEventDisableTiming);
+  if (st != cudaSuccess) {
+    if (fork_) cudaEventDestroy(fork_);
+    if (side_) cudaStreamDestroy(side_);
+    if (stream_) cudaStreamDestroy(stream_);
+    check(st, "CUDA stream/event creation");
+  }
 }
 
 CudaForward::~CudaForward() {
@@ -143,6 +153,9 @@ CudaForward::~CudaForward() {
   for (auto& row : graphs_)
     for (cudaGraphExec_t g : row)
       if (g) cudaGraphExecDestroy(g);
+  if (fork_) cudaEventDestroy(fork_);
+  if (join_) cudaEventDestroy(join_);
+  if (side_) cudaStreamDestroy(side_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -264,12 +277,22 @@ void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
                          const DeviceArray<float>& base, const DeviceArray<float>& norm) {
   hc_norm_mv(fn, mix_.get());
   mark("hc_pre norm+fn matvec");
-  hc_sinkhorn_pre(mix_.get(), scale.get(), base.get(), static_cast<int>(c_.n_hc),
-                  static_cast<int>(c_.hc_sinkhorn_iter), c_.hc_eps, x_.get(),
-                  static_cast<int64_t>(c_.n_embd), pre_.get(), post_.get(), comb_.get(),
-                  sub_in_.get(), norm.get(), c_.rms_eps, h_.get());
-  mark("hc_pre sinkhorn+sum+norm");
+  // The Sinkhorn iterations (post, comb) are only needed by this sublayer's hc_post: they run on
+  // the side stream, beside the sublayer, and hc_post waits for them (join_sinkhorn).
+  check(cudaEventRecord(fork_, stream_), "cudaEventRecord");
+  check(cudaStreamWaitEvent(side_, fork_, 0), "cudaStreamWaitEvent");
+  {
+    StreamGuard side(side_);
+    hc_sinkhorn(mix_.get(), scale.get(), base.get(), static_cast<int>(c_.n_hc),
+                static_cast<int>(c_.hc_sinkhorn_iter), c_.hc_eps, post_.get(), comb_.get());
+  }
+  check(cudaEventRecord(join_, side_), "cudaEventRecord");
+  hc_pre_weights(mix_.get(), scale.get(), base.get(), static_cast<int>(c_.n_hc), c_.hc_eps, x_.get(),
+                 static_cast<int64_t>(c_.n_embd), pre_.get(), sub_in_.get(), norm.get(), c_.rms_eps, h_.get());
+  mark("hc_pre weights+sum+norm");
 }
+
+void CudaForward::join_sinkhorn() { check(cudaStreamWaitEvent(stream_, join_, 0), "cudaStreamWaitEvent"); }
 
 // Compressor projection + push (model::Compressor::push, spec §3.4.5/§3.4.7): store, then on
 // emit the pooled row is normed, rotated at its first position, quantized, rounded to f16 and
@@ -352,6 +375,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   mark("attn_output_a matvec");
   mv(L.attn_output_b, low_.get(), y_.get());
   mark("attn_output_b matvec");
+  join_sinkhorn();
   hc_post(y_.get(), x_.get(), post_.get(), comb_.get(), static_cast<int>(c_.n_hc), D, x_next_.get());
   mark("hc_post");
   std::swap(x_, x_next_);
@@ -408,6 +432,7 @@ void CudaForward::ffn_layer(uint32_t il) {
     shard_->reducer->all_reduce(shard_->rank, down_.get(), static_cast<size_t>(U) * D, launch_stream());
     mark("expert all-reduce");
   }
+  join_sinkhorn();
   moe_combine_hc_post(down_.get(), order_.get(), U, D, sh_down_.get(), x_.get(), post_.get(), comb_.get(),
                       static_cast<int>(c_.n_hc), x_next_.get());
   mark("moe combine+hc_post");

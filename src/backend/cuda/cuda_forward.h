@@ -70,7 +70,8 @@ class CudaForward {
   // HC pre of one sublayer (spec §3.3) through the sublayer's input norm: h_ = norm(sub_in).
   void hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale, const DeviceArray<float>& base,
               const DeviceArray<float>& norm);
-  void hc_norm_mv(const DevMatrix& fn, float* out);  // out = fn · rms_norm_unweighted(x_)
+  void hc_norm_mv(const DevMatrix& fn, float* out);
+  void join_sinkhorn();  // stream_ waits for the side stream's post/comb (before hc_post)  // out = fn · rms_norm_unweighted(x_)
   void attention_layer(uint32_t il, bool indexer_on);
   void ffn_layer(uint32_t il);
   void push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w, const DeviceArray<float>& ape,
@@ -104,6 +105,8 @@ class CudaForward {
   bool use_graphs_ = true;
   std::unique_ptr<StepProfile> prof_;  // DS4_CUDA_PROFILE set: per-operation times, graphs off
   cudaStream_t stream_ = nullptr;
+  cudaStream_t side_ = nullptr;                          // the HC Sinkhorn runs here, beside the sublayer
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;          // stream_ -> side_ and back (graph-capturable)
   cudaGraphExec_t graphs_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};  // [indexer_on][logits]
   std::vector<DevLayerKv> kv_;
   DeviceArray<float> rope_dense_, rope_comp_;  // [ctx][cos n_pair, sin n_pair]

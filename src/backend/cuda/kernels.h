@@ -68,13 +68,17 @@ void matvec_pair(const MatvecOp& a, const MatvecOp& b);
 /// out = x * (1/sqrt(mean(x^2) + eps)) [* weight]; weight may be null; out may equal x.
 void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int n_rows, float eps);
 
-/// HC pre tail (model::hc_split_sinkhorn + hc_weighted_sum): from mix [hc_mix] computes
-/// pre/post [n_hc] and comb [n_hc^2], then sub_in [d] = sum_r pre[r] * x[r*d ..], and when
-/// norm_w is non-null h [d] = rms_norm(sub_in, norm_w, norm_eps) (the sublayer's input norm).
-/// n_hc <= 5.
-void hc_sinkhorn_pre(const float* mix, const float* scale, const float* base, int n_hc,
-                     int iters, float eps, const float* x, int64_t d, float* pre, float* post,
-                     float* comb, float* sub_in, const float* norm_w, float norm_eps, float* h);
+/// HC pre weights (model::hc_split_sinkhorn's pre part + hc_weighted_sum): pre [n_hc] from
+/// mix [hc_mix], sub_in [d] = sum_r pre[r] * x[r*d ..], and when norm_w is non-null
+/// h [d] = rms_norm(sub_in, norm_w, norm_eps) (the sublayer's input norm). n_hc <= 5.
+void hc_pre_weights(const float* mix, const float* scale, const float* base, int n_hc, float eps,
+                    const float* x, int64_t d, float* pre, float* sub_in, const float* norm_w, float norm_eps,
+                    float* h);
+
+/// The rest of model::hc_split_sinkhorn: post [n_hc] and the Sinkhorn-normalised comb
+/// [n_hc^2] from mix (one warp; only hc_post needs them, so it can run beside the sublayer).
+void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc, int iters, float eps,
+                 float* post, float* comb);
 
 /// mix [rows] = W · rms_norm_unweighted(x [cols], eps) for an F32/F16/BF16 matrix (type, data
 /// w, row_bytes per row; model::hc_pre's norm + projection, the same values as rms_norm then

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch_stream.h"
 
@@ -53,12 +54,36 @@ __device__ float block_rms_scale(const float* xr, int64_t dim, float eps) {
   return block_rms_from_partial(acc, dim, eps);
 }
 
+// out = x * s [* w] for one row by the whole block. Rows of at most kNormRegs * blockDim.x values
+// are held in registers: every load is issued before the first use (a strided loop would wait one
+// memory round trip per iteration, in-order issue), and out may alias x. Longer rows loop.
+constexpr int kNormRegs = 16;
+__device__ void block_rms_norm_row(const float* xr, const float* w, float* orow, int64_t dim, float eps) {
+  if (dim > kNormRegs * static_cast<int64_t>(blockDim.x)) {
+    const float s = block_rms_scale(xr, dim, eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = w ? xr[i] * s * w[i] : xr[i] * s;
+    return;
+  }
+  float v[kNormRegs], wv[kNormRegs];
+#pragma unroll
+  for (int k = 0; k < kNormRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+    v[k] = i < dim ? xr[i] : 0.0f;
+    wv[k] = w && i < dim ? w[i] : 1.0f;
+  }
+  double acc = 0;
+#pragma unroll
+  for (int k = 0; k < kNormRegs; ++k) acc += static_cast<double>(v[k]) * v[k];
+  const float s = block_rms_from_partial(acc, dim, eps);
+#pragma unroll
+  for (int k = 0; k < kNormRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+    if (i < dim) orow[i] = w ? v[k] * s * wv[k] : v[k] * s;
+  }
+}
+
 __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int64_t dim, float eps) {
-  const float* xr = x + blockIdx.x * dim;
-  float* orow = out + blockIdx.x * dim;
-  const float s = block_rms_scale(xr, dim, eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-    orow[i] = w ? xr[i] * s * w[i] : xr[i] * s;
+  block_rms_norm_row(x + blockIdx.x * dim, w, out + blockIdx.x * dim, dim, eps);
 }
 
 // Embedding row lookup (quant::dequantize_row of token_embd row tok[0]) replicated into n_hc
@@ -83,68 +108,105 @@ __global__ void embed_kernel(const uint8_t* table, uint32_t type, size_t row_byt
   for (int r = 0; r < n_hc; ++r) x[r * d + i] = v;
 }
 
-// Warp 0 computes the split and the Sinkhorn iterations with the n x n combine matrix in
-// registers (lane r*n + c holds entry (r, c); n <= 5): every row or column sum gathers its n
-// entries by shuffles and adds them in the CPU's order, so no step waits on shared memory.
-// Lanes t < n also compute pre/post value t. Then the whole block forms
-// sub_in = sum_r pre[r] * x[r] and, with norm_w, h = rms_norm(sub_in) * norm_w (the layer's
-// attn_norm / ffn_norm, model::rms_norm), so the step needs no separate norm launch.
-__global__ void hc_sinkhorn_pre_kernel(const float* mix, const float* scale, const float* base,
-                                       int n, int iters, float eps, const float* x, int64_t d,
-                                       float* pre, float* post, float* comb, float* sub_in,
-                                       const float* norm_w, float norm_eps, float* h) {
+// The HC split's post weights and Sinkhorn combine matrix (model::hc_split_sinkhorn), one warp:
+// the n x n matrix lives in registers (lane r*n + c holds entry (r, c); n <= kMaxHc), every row
+// or column sum gathers its n entries by shuffles and adds them in the CPU's order.
+__global__ void hc_sinkhorn_kernel(const float* mix, const float* scale, const float* base, int n, int iters,
+                                   float eps, float* post, float* comb) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int t = threadIdx.x;
+  if (t < n) {
+    const float z2 = mix[n + t] * scale[1] + base[n + t];
+    post[t] = 2.0f / (1.0f + exp_f(-z2));
+  }
+  const bool on = t < n * n;
+  const int r = on ? t / n : 0, c = on ? t % n : 0;
+  float m = on ? mix[2 * n + t] * scale[2] + base[2 * n + t] : 0.0f;
+  // Row softmax: max and sum over the row's entries in column order.
+  float row_max = -1.0e30f;
+  for (int k = 0; k < n; ++k) {
+    const float v = __shfl_sync(kAll, m, r * n + k);
+    if (v > row_max) row_max = v;
+  }
+  m = exp_f(m - row_max);
+  float sum = 0.0f;
+  for (int k = 0; k < n; ++k) sum += __shfl_sync(kAll, m, r * n + k);
+  m = m * (1.0f / sum) + eps;
+  for (int it = 0; it < iters; ++it) {
+    if (it > 0) {
+      float rs = 0.0f;
+      for (int k = 0; k < n; ++k) rs += __shfl_sync(kAll, m, r * n + k);
+      m *= 1.0f / (rs + eps);
+    }
+    float cs = 0.0f;
+    for (int k = 0; k < n; ++k) cs += __shfl_sync(kAll, m, c + n * k);
+    m *= 1.0f / (cs + eps);
+  }
+  if (on) comb[t] = m;
+}
+
+// The HC split's pre weights (threads t < n), then sub_in = sum_r pre[r] * x[r] and, with
+// norm_w, h = rms_norm(sub_in) * norm_w (the sublayer's attn_norm / ffn_norm, model::rms_norm):
+// everything the sublayer's first matvec waits for, without the Sinkhorn iterations.
+__global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, const float* scale, const float* base,
+                                                      int n, float eps, const float* x, int64_t d, float* pre,
+                                                      float* sub_in, const float* norm_w, float norm_eps, float* h) {
   __shared__ float s_pre[kMaxHc];
   const int t = threadIdx.x;
-  if (t < 32) {
-    constexpr unsigned kAll = 0xffffffffu;
-    if (t < n) {
-      const float z = mix[t] * scale[0] + base[t];
-      pre[t] = s_pre[t] = 1.0f / (1.0f + exp_f(-z)) + eps;
-      const float z2 = mix[n + t] * scale[1] + base[n + t];
-      post[t] = 2.0f / (1.0f + exp_f(-z2));
-    }
-    const bool on = t < n * n;
-    const int r = on ? t / n : 0, c = on ? t % n : 0;
-    float m = on ? mix[2 * n + t] * scale[2] + base[2 * n + t] : 0.0f;
-    // Row softmax: max and sum over the row's entries in column order.
-    float row_max = -1.0e30f;
-    for (int k = 0; k < n; ++k) {
-      const float v = __shfl_sync(kAll, m, r * n + k);
-      if (v > row_max) row_max = v;
-    }
-    m = exp_f(m - row_max);
-    float sum = 0.0f;
-    for (int k = 0; k < n; ++k) sum += __shfl_sync(kAll, m, r * n + k);
-    m = m * (1.0f / sum) + eps;
-    for (int it = 0; it < iters; ++it) {
-      if (it > 0) {
-        float rs = 0.0f;
-        for (int k = 0; k < n; ++k) rs += __shfl_sync(kAll, m, r * n + k);
-        m *= 1.0f / (rs + eps);
-      }
-      float cs = 0.0f;
-      for (int k = 0; k < n; ++k) cs += __shfl_sync(kAll, m, c + n * k);
-      m *= 1.0f / (cs + eps);
-    }
-    if (on) comb[t] = m;
+  if (t < n) {
+    const float z = mix[t] * scale[0] + base[t];
+    pre[t] = s_pre[t] = 1.0f / (1.0f + exp_f(-z)) + eps;
   }
   __syncthreads();
+  // sub_in and its norm. Up to kSumRegs values per thread stay in registers, their x and weight
+  // loads all issued first (in-order issue would otherwise wait a round trip per load).
+  constexpr int kSumRegs = 4;
   double acc = 0;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    float o = 0.0f;
-    for (int r = 0; r < n; ++r) o += x[r * d + i] * s_pre[r];
-    sub_in[i] = o;
-    acc += static_cast<double>(o) * o;
+  if (d > kSumRegs * static_cast<int64_t>(blockDim.x)) {
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+      float o = 0.0f;
+      for (int r = 0; r < n; ++r) o += x[r * d + i] * s_pre[r];
+      sub_in[i] = o;
+      acc += static_cast<double>(o) * o;
+    }
+    if (!norm_w) return;  // uniform: the whole block returns
+    const float sc = block_rms_from_partial(acc, d, norm_eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) h[i] = sub_in[i] * sc * norm_w[i];
+    return;
+  }
+  float xv[kSumRegs][kMaxHc], o[kSumRegs], wv[kSumRegs];
+#pragma unroll
+  for (int k = 0; k < kSumRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+#pragma unroll
+    for (int r = 0; r < kMaxHc; ++r) xv[k][r] = i < d && r < n ? x[r * d + i] : 0.0f;
+    wv[k] = norm_w && i < d ? norm_w[i] : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < kSumRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+    o[k] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kMaxHc; ++r)
+      if (r < n) o[k] += xv[k][r] * s_pre[r];
+    if (i < d) {
+      sub_in[i] = o[k];
+      acc += static_cast<double>(o[k]) * o[k];
+    }
   }
   if (!norm_w) return;  // uniform: the whole block returns
   const float sc = block_rms_from_partial(acc, d, norm_eps);
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) h[i] = sub_in[i] * sc * norm_w[i];
+#pragma unroll
+  for (int k = 0; k < kSumRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+    if (i < d) h[i] = o[k] * sc * wv[k];
+  }
 }
 
 // HC projection with its input norm (rms_norm_unweighted then a float-matrix vec_dot), one block
-// per output row: the block stages x (computing the f64 sum of squares on the way) and the
-// row in shared memory, scales x in place, then lanes 0..15 of warp 0 run quant::ref's 16 lane
-// chains (element i into lane i mod 16) and its tree. 24-row HC matrices thereby cost one
+// per output row: the block stages x and the row in shared memory (cp.async), takes the f64 sum
+// of squares, forms every product w[i] * (x[i] * s), then lanes 0..15 of warp 0 add them in
+// quant::ref's 16 lane chains (element i into lane i mod 16) and its tree. 24-row HC matrices thereby cost one
 // launch and ~2 shared-memory passes instead of a norm launch and a 3-block matvec.
 template <uint32_t kType>  // ggml type: F32 (0), F16 (1), BF16 (30)
 __device__ float load_float_w(const uint8_t* w, int64_t i) {
@@ -157,20 +219,20 @@ template <uint32_t kType>
 __global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_t cols, const float* x,
                                       float eps, float* y) {
   extern __shared__ __align__(16) uint8_t hc_smem[];
-  float* flat = reinterpret_cast<float*>(hc_smem);
+  float* v = reinterpret_cast<float*>(hc_smem);  // x, then the products w[i] * (x[i] * s)
   uint8_t* wrow = hc_smem + cols * 4;
   const uint8_t* src = w + blockIdx.x * row_bytes;
-  double acc = 0;
-  for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) {
-    const float4 v = reinterpret_cast<const float4*>(x)[i];
-    reinterpret_cast<float4*>(flat)[i] = v;
-    acc += static_cast<double>(v.x) * v.x + static_cast<double>(v.y) * v.y +
-           static_cast<double>(v.z) * v.z + static_cast<double>(v.w) * v.w;
-  }
+  for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) cp_async16(v + 4 * i, x + 4 * i);
   for (int64_t i = threadIdx.x; i < static_cast<int64_t>(row_bytes / 16); i += blockDim.x)
-    reinterpret_cast<uint4*>(wrow)[i] = __ldg(reinterpret_cast<const uint4*>(src) + i);
+    cp_async16(wrow + 16 * i, src + 16 * i);
+  cp_async_wait();
+  __syncthreads();
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) acc += static_cast<double>(v[i]) * v[i];
   const float sc = block_rms_from_partial(acc, cols, eps);  // synchronises the block
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) flat[i] = flat[i] * sc;
+  // The products do not depend on the summation order, so every thread forms its share; only
+  // the 16 lane chains below are sequential.
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) v[i] = load_float_w<kType>(wrow, i) * (v[i] * sc);
   __syncthreads();
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x;
@@ -180,11 +242,11 @@ __global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_
     for (; i + 16 * 7 < cols; i += 16 * 8) {
       float p[8];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) p[u] = load_float_w<kType>(wrow, i + 16 * u) * flat[i + 16 * u];
+      for (int u = 0; u < 8; ++u) p[u] = v[i + 16 * u];
 #pragma unroll
       for (int u = 0; u < 8; ++u) a = a + p[u];
     }
-    for (; i < cols; i += 16) a = a + load_float_w<kType>(wrow, i) * flat[i];
+    for (; i < cols; i += 16) a = a + v[i];
   }
   for (int off = 8; off >= 1; off >>= 1) a = a + __shfl_down_sync(0xffffffffu, a, off);
   if (lane == 0) y[blockIdx.x] = a;
@@ -296,8 +358,7 @@ __device__ void round_trip_block(float* x, int64_t n) {
 __global__ void norm_rope_kernel(float* x, const float* w, int64_t dim, float eps, const float* table,
                                  int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap) {
   float* row = x + blockIdx.x * dim;
-  const float s = block_rms_scale(row, dim, eps);  // ends with a barrier: every read is done
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) row[i] = w ? row[i] * s * w[i] : row[i] * s;
+  block_rms_norm_row(row, w, row, dim, eps);
   __syncthreads();
   for (int p = threadIdx.x; p < n_pair; p += blockDim.x)
     rope_pair(row + dim - 2 * n_pair, table + *pos * 2 * n_pair, n_pair, p, 1.0f);
@@ -871,11 +932,15 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int 
   rms_norm_kernel<<<n_rows, kThreads, 0, stream()>>>(x, weight, out, dim, eps);
 }
 
-void hc_sinkhorn_pre(const float* mix, const float* scale, const float* base, int n_hc, int iters,
-                     float eps, const float* x, int64_t d, float* pre, float* post, float* comb,
-                     float* sub_in, const float* norm_w, float norm_eps, float* h) {
-  hc_sinkhorn_pre_kernel<<<1, 1024, 0, stream()>>>(mix, scale, base, n_hc, iters, eps, x, d, pre, post,
-                                                   comb, sub_in, norm_w, norm_eps, h);
+void hc_pre_weights(const float* mix, const float* scale, const float* base, int n_hc, float eps,
+                    const float* x, int64_t d, float* pre, float* sub_in, const float* norm_w, float norm_eps,
+                    float* h) {
+  hc_pre_kernel<<<1, 1024, 0, stream()>>>(mix, scale, base, n_hc, eps, x, d, pre, sub_in, norm_w, norm_eps, h);
+}
+
+void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc, int iters, float eps,
+                 float* post, float* comb) {
+  hc_sinkhorn_kernel<<<1, 32, 0, stream()>>>(mix, scale, base, n_hc, iters, eps, post, comb);
 }
 
 bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch_stream.h"
 
@@ -340,7 +341,7 @@ __device__ float dot_chunk(const uint8_t* sm, const uint8_t* xs, int nb, int lan
       if (j < nb) k_part<T>(sm + j * kBytes, yb, part, tab, isum, summs);
       for (int off = 1; off < 8; off <<= 1) {
         isum += __shfl_xor_sync(kFull, isum, off);
-        summs += __shfl_xor_sync(kFull, summs, off);
+        if constexpr (T != kIQ2_XXS) summs += __shfl_xor_sync(kFull, summs, off);  // IQ2_XXS has no mins
       }
       if (j < nb) v = k_block_value<T>(sm + j * kBytes, yb, isum, summs);
       const int cnt = nb - j0 < 4 ? nb - j0 : 4;
@@ -363,19 +364,6 @@ __device__ float dot_finish(float acc) {
     return T == kIQ2_XXS ? 0.125f * acc : acc;
   }
 }
-
-// Asynchronous global -> shared copies (cp.async, sm_80+): the data never passes through
-// registers, so a warp keeps a whole chunk in flight at little register cost (which sets how many
-// blocks share an SM). Completed by cp_async_wait() and a barrier.
-__device__ void cp_async16(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-}
-__device__ void cp_async4(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
-}
-__device__ void cp_async_wait() { asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory"); }
 
 // Stages `bytes` (a multiple of 16 when kVec) from src into the warp's buffer (issued only;
 // cp_async_wait + a barrier complete it).
