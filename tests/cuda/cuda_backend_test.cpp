@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <filesystem>
 #include <vector>
 
@@ -347,6 +348,29 @@ TEST_F(CudaVsCpu, GraphReplayEqualsKernelByKernelLaunches) {
     graph->eval({&t, 1}, static_cast<int64_t>(prompt.size()) + i, lb, {});
     ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), V_ * sizeof(float))) << "decode step " << i;
   }
+}
+
+// DS4_CUDA_PROFILE=1 (the per-operation step profile): the same logits as graph replay, and a
+// report on stderr when the session ends that names the step's operations and counts the steps.
+TEST_F(CudaVsCpu, StepProfileKeepsResultsAndReportsEveryOperation) {
+  open("q2");
+  if (IsSkipped()) return;
+  const auto prompt = prompt_tokens(40, engine_->config().n_vocab);
+  std::vector<float> a(V_), b(V_);
+  gpu_->new_session(128)->eval(prompt, 0, a, {});
+  setenv("DS4_CUDA_PROFILE", "1", 1);
+  testing::internal::CaptureStderr();
+  {
+    auto profiled = gpu_->new_session(128);
+    unsetenv("DS4_CUDA_PROFILE");
+    profiled->eval(prompt, 0, b, {});
+  }
+  const std::string report = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), V_ * sizeof(float)));
+  EXPECT_NE(report.find("ds4 CUDA step profile: 40 steps"), std::string::npos) << report;
+  for (const char* op : {"hc_pre norm+fn matvec", "attn_q_a+kv matvecs", "attention (ratio 4)",
+                         "ffn_gate+up_exps matvecs", "moe combine+hc_post", "output (head)"})
+    EXPECT_NE(report.find(op), std::string::npos) << op << "\n" << report;
 }
 
 // A synthetic model generated in device memory (the ds4-bench --synthetic path) on the tiny
