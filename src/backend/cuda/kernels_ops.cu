@@ -452,21 +452,6 @@ __global__ void compressor_emit_kernel(float* kv, float* sc, uint32_t ratio, int
   }
 }
 
-// dot8's 8 partial sums on 8 lanes (lane l of the group holds acc[l]), then its fixed tree
-// ((0+4)+(1+5))+((2+6)+(3+7)) and serial tail; the result lands on the group's lane 0.
-__device__ float dot8_lanes(const float* a, const float* b, int64_t n, int l) {
-  const int64_t full = n / 8 * 8;
-  float acc = 0.0f;
-#pragma unroll 8
-  for (int64_t i = l; i < full; i += 8) acc += a[i] * b[i];
-  acc = acc + __shfl_down_sync(0xffffffffu, acc, 4, 8);  // l<4: acc[l] + acc[l+4]
-  acc = acc + __shfl_down_sync(0xffffffffu, acc, 1, 8);  // l=0: (0+4)+(1+5); l=2: (2+6)+(3+7)
-  acc = acc + __shfl_down_sync(0xffffffffu, acc, 2, 8);  // l=0: the tree
-  if (l == 0)
-    for (int64_t i = full; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
-
 // model::detail::dot_f32 (8 interleaved partial sums, fixed tree, serial tail) with b read at
 // stride `bs` (b[i * bs]).
 __device__ float dot8_strided(const float* a, const float* b, int bs, int64_t n) {
@@ -632,83 +617,141 @@ __device__ const float* attn_row(const float* raw, int64_t raw_cap, const AttnSh
   return comp + (sel ? static_cast<int64_t>(sel[c]) : c) * dim;
 }
 
-// Attention scores (model::sink_attention step 1): 8 lanes per row (dot8's partial sums),
-// 32 rows per block, grid (row blocks for the most rows, heads); scale applied after the dot as
-// the CPU does. scratch rows have stride n_rows (this position's).
-__global__ void attn_scores_kernel(const float* q, int64_t dim, const float* raw, int64_t raw_cap,
-                                   int64_t n_swa, const int64_t* pos, const float* comp, uint32_t ratio,
-                                   const uint32_t* sel, int64_t n_sel, float* scratch) {
+// Attention tiles: a scores block covers kAttScoreRows rows x kAttHeads heads; a combine block
+// covers kAttHeads heads x kAttDims output dims and walks the rows in chunks of kAttChunk
+// (probabilities in shared memory) and tiles of kAttTile (V slices in shared memory).
+constexpr int kAttHeads = 8, kAttScoreRows = 32, kAttDims = 32, kAttTile = 64, kAttChunk = 1024;
+constexpr int kAttCombineThreads = kAttHeads * 32 + 32;  // 8 output warps + 1 denominator warp
+
+// Attention scores (model::sink_attention step 1) of kAttHeads heads for kAttScoreRows rows:
+// 8 lanes per row hold dot8's partial sums; each row element is loaded once and multiplied by
+// the 8 heads' q values, stored in shared memory as [dim][8] so one lane reads them as two
+// float4. The tree and tail follow dot8, then the scale, as the CPU does. scratch is [head][row]
+// with stride n_rows (this position's).
+__global__ void attn_scores_kernel(const float* q, int n_head, int64_t dim, const float* raw,
+                                   int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
+                                   uint32_t ratio, const uint32_t* sel, int64_t n_sel, float* scratch) {
+  extern __shared__ float4 qs4[];  // [dim][kAttHeads] floats
+  float* qs = reinterpret_cast<float*>(qs4);
   const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
-  if (blockIdx.x * static_cast<int64_t>(blockDim.x / 8) >= a.n_rows) return;  // whole block idle
-  const int h = blockIdx.y;
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x / 8) + threadIdx.x / 8;
+  if (blockIdx.x * static_cast<int64_t>(kAttScoreRows) >= a.n_rows) return;  // whole block idle
+  const int h0 = blockIdx.y * kAttHeads;
+  for (int64_t e = threadIdx.x; e < dim * kAttHeads; e += blockDim.x) {  // coalesced reads of q
+    const int hl = static_cast<int>(e / dim);
+    const int64_t i = e % dim;
+    qs[i * kAttHeads + hl] = h0 + hl < n_head ? q[(h0 + hl) * dim + i] : 0.0f;
+  }
+  __syncthreads();
+  const int64_t j = blockIdx.x * static_cast<int64_t>(kAttScoreRows) + threadIdx.x / 8;
   const int l = threadIdx.x & 7;
   const bool on = j < a.n_rows;
   const float* row = attn_row(raw, raw_cap, a, comp, sel, dim, on ? j : 0);
-  const float d = dot8_lanes(q + h * dim, row, dim, l);
-  if (on && l == 0) scratch[h * a.n_rows + j] = d * (1.0f / sqrtf(static_cast<float>(dim)));
+  const int64_t full = dim / 8 * 8;
+  float acc[kAttHeads] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll 4
+  for (int64_t i = l; i < full; i += 8) {
+    const float r = row[i];
+    const float4 qa = qs4[i * 2], qb = qs4[i * 2 + 1];
+    acc[0] += qa.x * r;
+    acc[1] += qa.y * r;
+    acc[2] += qa.z * r;
+    acc[3] += qa.w * r;
+    acc[4] += qb.x * r;
+    acc[5] += qb.y * r;
+    acc[6] += qb.z * r;
+    acc[7] += qb.w * r;
+  }
+#pragma unroll
+  for (int hl = 0; hl < kAttHeads; ++hl) {
+    float s = acc[hl];
+    s = s + __shfl_down_sync(0xffffffffu, s, 4, 8);  // l<4: acc[l] + acc[l+4]
+    s = s + __shfl_down_sync(0xffffffffu, s, 1, 8);  // l=0: (0+4)+(1+5); l=2: (2+6)+(3+7)
+    s = s + __shfl_down_sync(0xffffffffu, s, 2, 8);  // l=0: the tree
+    acc[hl] = s;
+  }
+  if (!on || l != 0) return;
+  const float scale = 1.0f / sqrtf(static_cast<float>(dim));
+  for (int hl = 0; hl < kAttHeads && h0 + hl < n_head; ++hl) {
+    float s = acc[hl];
+    for (int64_t i = full; i < dim; ++i) s += qs[i * kAttHeads + hl] * row[i];
+    scratch[(h0 + hl) * a.n_rows + j] = s * scale;
+  }
 }
 
-// Softmax with a sink and the weighted sum (model::sink_attention steps 2-3), one block per
-// head: max and exp in parallel, the denominator summed in row order by one thread, each output
-// value summed over the rows in order.
-__global__ void attn_combine_kernel(const float* sinks, int64_t dim, const float* raw, int64_t raw_cap,
-                                    int64_t n_swa, const int64_t* pos, const float* comp, uint32_t ratio,
-                                    const uint32_t* sel, int64_t n_sel, float* scratch, float* out) {
-  __shared__ float red[32];
-  __shared__ float s_m, s_inv;
+// Barrier of the 8 output warps only (the denominator warp runs its own chain meanwhile).
+__device__ void attn_output_barrier() { asm volatile("bar.sync 1, %0;" ::"n"(kAttHeads * 32) : "memory"); }
+
+// Softmax with a sink and the weighted sum (model::sink_attention steps 2-3) of kAttHeads heads
+// x kAttDims output dims, grid (dim slices, head groups). Warp w < 8 owns head h0 + w, lane =
+// output dim: one sum per output value over the rows in order, each V row slice loaded once into
+// shared memory (a tile of kAttTile rows, the next tile's loads in flight while this one is
+// summed) and used by all 8 heads. The probabilities exp(s - max) of a chunk of rows are made in
+// shared memory by the whole block; warp 8's lanes sum the 8 denominators in row order meanwhile.
+__global__ void __launch_bounds__(kAttCombineThreads)
+attn_combine_kernel(const float* sinks, int n_head, int64_t dim, const float* raw, int64_t raw_cap,
+                    int64_t n_swa, const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
+                    int64_t n_sel, const float* scratch, float* out) {
+  __shared__ float ps[kAttHeads][kAttChunk + 1];  // +1: the denominator lanes hit distinct banks
+  __shared__ float vs[kAttTile][kAttDims];
+  __shared__ float ms[kAttHeads], inv[kAttHeads];
   const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
   const int64_t n_rows = a.n_rows;
-  const int h = blockIdx.x;
-  float* score = scratch + h * n_rows;
-  float m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < n_rows; j += blockDim.x) m = fmaxf(m, score[j]);
-  for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float mm = sinks[h];
-    for (int k = 0; k < static_cast<int>(blockDim.x / 32); ++k) mm = fmaxf(mm, red[k]);
-    s_m = mm;
-  }
-  __syncthreads();
-  const float mx = s_m;
-  for (int64_t j = threadIdx.x; j < n_rows; j += blockDim.x) score[j] = exp_f(score[j] - mx);
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float denom = exp_f(sinks[h] - mx);
-#pragma unroll 8
-    for (int64_t j = 0; j < n_rows; ++j) denom += score[j];
-    s_inv = 1.0f / denom;
-  }
-  __syncthreads();
-  float* oh = out + h * dim;
-  const int64_t n_c = n_rows - a.n_win;
-  // Each output value sums the rows in order: the window as (at most two) contiguous ring
-  // segments, then the compressed rows. The loops are unrolled so each thread has 8 row loads in
-  // flight (a sequential chain of L2 round trips otherwise).
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    float o = 0.0f;
-    int64_t slot = a.lo % raw_cap, j = 0;
-    while (j < a.n_win) {
-      const int64_t seg = a.n_win - j < raw_cap - slot ? a.n_win - j : raw_cap - slot;
-      const float* base = raw + slot * dim + i;
-      const float* sc = score + j;
-#pragma unroll 8
-      for (int64_t t = 0; t < seg; ++t) o += sc[t] * base[t * dim];
-      j += seg;
-      slot = 0;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int h0 = blockIdx.y * kAttHeads;
+  const int64_t i = blockIdx.x * static_cast<int64_t>(kAttDims) + lane;
+  // V tile rows warp + 8u of the tile starting at row g, column i (0 outside the rows or dims).
+  float pre[kAttTile / kAttHeads];
+  auto load_tile = [&](int64_t g) {
+#pragma unroll
+    for (int u = 0; u < kAttTile / kAttHeads; ++u) {
+      const int64_t r = g + warp + kAttHeads * u;
+      pre[u] = r < n_rows && i < dim ? attn_row(raw, raw_cap, a, comp, sel, dim, r)[i] : 0.0f;
     }
-    const float* sc = score + a.n_win;
-    if (sel) {
-#pragma unroll 8
-      for (int64_t c = 0; c < n_c; ++c) o += sc[c] * comp[static_cast<int64_t>(sel[c]) * dim + i];
-    } else {
-#pragma unroll 8
-      for (int64_t c = 0; c < n_c; ++c) o += sc[c] * comp[c * dim + i];
-    }
-    oh[i] = o * s_inv;
+  };
+  if (warp < kAttHeads) load_tile(0);
+  if (warp < kAttHeads && h0 + warp < n_head) {
+    const float* sc = scratch + (h0 + warp) * n_rows;
+    float m = -INFINITY;
+    for (int64_t j = lane; j < n_rows; j += 32) m = fmaxf(m, sc[j]);
+    for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    if (lane == 0) ms[warp] = fmaxf(sinks[h0 + warp], m);
   }
+  __syncthreads();
+  const bool den_lane = warp == kAttHeads && lane < kAttHeads && h0 + lane < n_head;
+  float denom = den_lane ? exp_f(sinks[h0 + lane] - ms[lane]) : 0.0f;
+  float o = 0.0f;
+  for (int64_t c0 = 0; c0 < n_rows; c0 += kAttChunk) {
+    const int cn = static_cast<int>(n_rows - c0 < kAttChunk ? n_rows - c0 : kAttChunk);
+    __syncthreads();  // the previous chunk's probabilities are consumed
+    for (int e = threadIdx.x; e < kAttHeads * cn; e += blockDim.x) {
+      const int hl = e / cn, jj = e % cn;
+      ps[hl][jj] = h0 + hl < n_head ? exp_f(scratch[(h0 + hl) * n_rows + c0 + jj] - ms[hl]) : 0.0f;
+    }
+    __syncthreads();
+    if (warp == kAttHeads) {
+      if (den_lane) {
+        const float* p = ps[lane];
+#pragma unroll 8
+        for (int jj = 0; jj < cn; ++jj) denom += p[jj];
+      }
+      continue;
+    }
+    const float* p = ps[warp];
+    for (int t0 = 0; t0 < cn; t0 += kAttTile) {
+      const int tn = cn - t0 < kAttTile ? cn - t0 : kAttTile;
+      attn_output_barrier();  // the previous tile is consumed
+#pragma unroll
+      for (int u = 0; u < kAttTile / kAttHeads; ++u) vs[warp + kAttHeads * u][lane] = pre[u];
+      attn_output_barrier();
+      if (c0 + t0 + kAttTile < n_rows) load_tile(c0 + t0 + kAttTile);
+      const float* pt = p + t0;
+#pragma unroll 8
+      for (int r = 0; r < tn; ++r) o += pt[r] * vs[r][lane];
+    }
+  }
+  if (den_lane) inv[lane] = 1.0f / denom;
+  __syncthreads();
+  if (warp < kAttHeads && h0 + warp < n_head && i < dim) out[(h0 + warp) * dim + i] = o * inv[warp];
 }
 
 __device__ float softplus(float z) {
@@ -957,11 +1000,19 @@ void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim,
                     int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
                     uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
                     float* scratch, float* out) {
-  const dim3 grid(static_cast<unsigned>((max_rows + kThreads / 8 - 1) / (kThreads / 8)), static_cast<unsigned>(n_head));
-  attn_scores_kernel<<<grid, kThreads, 0, stream()>>>(q, dim, raw, raw_cap, n_swa, pos, comp, ratio,
-                                                      sel, n_sel, scratch);
-  attn_combine_kernel<<<n_head, 512, 0, stream()>>>(sinks, dim, raw, raw_cap, n_swa, pos, comp, ratio,
-                                                    sel, n_sel, scratch, out);
+  const unsigned groups = static_cast<unsigned>((n_head + kAttHeads - 1) / kAttHeads);
+  const size_t smem = static_cast<size_t>(dim) * kAttHeads * sizeof(float);
+  static size_t smem_set = 48 * 1024;  // > 48 KiB of dynamic shared memory needs an opt-in
+  if (smem > smem_set) {
+    cudaFuncSetAttribute(attn_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    smem_set = smem;
+  }
+  const dim3 grid(static_cast<unsigned>((max_rows + kAttScoreRows - 1) / kAttScoreRows), groups);
+  attn_scores_kernel<<<grid, kAttScoreRows * 8, smem, stream()>>>(q, n_head, dim, raw, raw_cap, n_swa, pos,
+                                                                  comp, ratio, sel, n_sel, scratch);
+  const dim3 cgrid(static_cast<unsigned>((dim + kAttDims - 1) / kAttDims), groups);
+  attn_combine_kernel<<<cgrid, kAttCombineThreads, 0, stream()>>>(sinks, n_head, dim, raw, raw_cap, n_swa, pos,
+                                                                  comp, ratio, sel, n_sel, scratch, out);
 }
 
 void embed(const uint8_t* table, uint32_t type, size_t row_bytes, const int32_t* tokens,
