@@ -617,10 +617,11 @@ __device__ const float* attn_row(const float* raw, int64_t raw_cap, const AttnSh
   return comp + (sel ? static_cast<int64_t>(sel[c]) : c) * dim;
 }
 
-// Attention tiles: a scores block covers kAttScoreRows rows x kAttHeads heads; a combine block
-// covers kAttHeads heads x kAttDims output dims and walks the rows in chunks of kAttChunk
-// (probabilities in shared memory) and tiles of kAttTile (V slices in shared memory).
-constexpr int kAttHeads = 8, kAttScoreRows = 32, kAttDims = 32, kAttTile = 64, kAttChunk = 1024;
+// Attention tiles: a scores block covers kAttScoreRows rows x kAttHeads heads (a lane holds
+// kAttRowRegs row elements in registers: all its loads in flight at once); a combine block covers
+// kAttHeads heads x kAttDims output dims and walks the rows in chunks of kAttChunk (V slices,
+// probabilities and selected row ids in shared memory).
+constexpr int kAttHeads = 8, kAttScoreRows = 32, kAttRowRegs = 64, kAttDims = 32, kAttChunk = 768;
 constexpr int kAttCombineThreads = kAttHeads * 32 + 32;  // 8 output warps + 1 denominator warp
 
 // Attention scores (model::sink_attention step 1) of kAttHeads heads for kAttScoreRows rows:
@@ -636,11 +637,9 @@ __global__ void attn_scores_kernel(const float* q, int n_head, int64_t dim, cons
   const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
   if (blockIdx.x * static_cast<int64_t>(kAttScoreRows) >= a.n_rows) return;  // whole block idle
   const int h0 = blockIdx.y * kAttHeads;
-  for (int64_t e = threadIdx.x; e < dim * kAttHeads; e += blockDim.x) {  // coalesced reads of q
-    const int hl = static_cast<int>(e / dim);
-    const int64_t i = e % dim;
-    qs[i * kAttHeads + hl] = h0 + hl < n_head ? q[(h0 + hl) * dim + i] : 0.0f;
-  }
+  for (int hl = 0; hl < kAttHeads; ++hl)  // coalesced reads of q
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+      qs[i * kAttHeads + hl] = h0 + hl < n_head ? q[(h0 + hl) * dim + i] : 0.0f;
   __syncthreads();
   const int64_t j = blockIdx.x * static_cast<int64_t>(kAttScoreRows) + threadIdx.x / 8;
   const int l = threadIdx.x & 7;
@@ -648,18 +647,25 @@ __global__ void attn_scores_kernel(const float* q, int n_head, int64_t dim, cons
   const float* row = attn_row(raw, raw_cap, a, comp, sel, dim, on ? j : 0);
   const int64_t full = dim / 8 * 8;
   float acc[kAttHeads] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll 4
-  for (int64_t i = l; i < full; i += 8) {
-    const float r = row[i];
-    const float4 qa = qs4[i * 2], qb = qs4[i * 2 + 1];
-    acc[0] += qa.x * r;
-    acc[1] += qa.y * r;
-    acc[2] += qa.z * r;
-    acc[3] += qa.w * r;
-    acc[4] += qb.x * r;
-    acc[5] += qb.y * r;
-    acc[6] += qb.z * r;
-    acc[7] += qb.w * r;
+  for (int64_t c = 0; c < full; c += 8 * kAttRowRegs) {  // one pass for head_dim <= 512
+    float rv[kAttRowRegs];
+#pragma unroll
+    for (int u = 0; u < kAttRowRegs; ++u) rv[u] = c + 8 * u < full ? row[c + 8 * u + l] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kAttRowRegs; ++u) {
+      if (c + 8 * u >= full) break;
+      const int64_t i = c + 8 * u + l;
+      const float r = rv[u];
+      const float4 qa = qs4[i * 2], qb = qs4[i * 2 + 1];
+      acc[0] += qa.x * r;
+      acc[1] += qa.y * r;
+      acc[2] += qa.z * r;
+      acc[3] += qa.w * r;
+      acc[4] += qb.x * r;
+      acc[5] += qb.y * r;
+      acc[6] += qb.z * r;
+      acc[7] += qb.w * r;
+    }
   }
 #pragma unroll
   for (int hl = 0; hl < kAttHeads; ++hl) {
@@ -678,79 +684,112 @@ __global__ void attn_scores_kernel(const float* q, int n_head, int64_t dim, cons
   }
 }
 
-// Barrier of the 8 output warps only (the denominator warp runs its own chain meanwhile).
-__device__ void attn_output_barrier() { asm volatile("bar.sync 1, %0;" ::"n"(kAttHeads * 32) : "memory"); }
+// Asynchronous global -> shared copies of 16 or 4 bytes; src_bytes = 0 fills zeros (reads nothing).
+__device__ void attn_cp_async16(float* dst, const float* src, int src_bytes) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ void attn_cp_async4(float* dst, const float* src, int src_bytes) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// Dynamic shared memory of attn_combine_kernel: V slices [kAttChunk][kAttDims], probabilities
+// [kAttHeads][kAttChunk + 1] (+1: the denominator lanes hit distinct banks), sel ids [kAttChunk].
+constexpr size_t kAttCombineSmem =
+    (static_cast<size_t>(kAttChunk) * kAttDims + kAttHeads * (kAttChunk + 1) + kAttChunk) * sizeof(float);
 
 // Softmax with a sink and the weighted sum (model::sink_attention steps 2-3) of kAttHeads heads
-// x kAttDims output dims, grid (dim slices, head groups). Warp w < 8 owns head h0 + w, lane =
-// output dim: one sum per output value over the rows in order, each V row slice loaded once into
-// shared memory (a tile of kAttTile rows, the next tile's loads in flight while this one is
-// summed) and used by all 8 heads. The probabilities exp(s - max) of a chunk of rows are made in
-// shared memory by the whole block; warp 8's lanes sum the 8 denominators in row order meanwhile.
-__global__ void __launch_bounds__(kAttCombineThreads)
+// x kAttDims output dims, grid (dim slices, head groups); one block per SM. Per chunk of up to
+// kAttChunk rows: the V slices of all its rows are copied into shared memory at once (cp.async,
+// every load in flight together) while the block makes the probabilities exp(s - max); then warp
+// w < 8 (head h0 + w, lane = output dim) sums each output value over the rows in order, every V
+// element read once for the 8 heads, and warp 8's lanes sum the 8 denominators in row order.
+__global__ void __launch_bounds__(kAttCombineThreads, 1)
 attn_combine_kernel(const float* sinks, int n_head, int64_t dim, const float* raw, int64_t raw_cap,
                     int64_t n_swa, const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
                     int64_t n_sel, const float* scratch, float* out) {
-  __shared__ float ps[kAttHeads][kAttChunk + 1];  // +1: the denominator lanes hit distinct banks
-  __shared__ float vs[kAttTile][kAttDims];
+  extern __shared__ float4 smem4[];
+  float* vs = reinterpret_cast<float*>(smem4);
+  float* ps = vs + kAttChunk * kAttDims;
+  uint32_t* sels = reinterpret_cast<uint32_t*>(ps + kAttHeads * (kAttChunk + 1));
   __shared__ float ms[kAttHeads], inv[kAttHeads];
   const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
   const int64_t n_rows = a.n_rows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int h0 = blockIdx.y * kAttHeads;
-  const int64_t i = blockIdx.x * static_cast<int64_t>(kAttDims) + lane;
-  // V tile rows warp + 8u of the tile starting at row g, column i (0 outside the rows or dims).
-  float pre[kAttTile / kAttHeads];
-  auto load_tile = [&](int64_t g) {
-#pragma unroll
-    for (int u = 0; u < kAttTile / kAttHeads; ++u) {
-      const int64_t r = g + warp + kAttHeads * u;
-      pre[u] = r < n_rows && i < dim ? attn_row(raw, raw_cap, a, comp, sel, dim, r)[i] : 0.0f;
-    }
-  };
-  if (warp < kAttHeads) load_tile(0);
-  if (warp < kAttHeads && h0 + warp < n_head) {
-    const float* sc = scratch + (h0 + warp) * n_rows;
-    float m = -INFINITY;
-    for (int64_t j = lane; j < n_rows; j += 32) m = fmaxf(m, sc[j]);
-    for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    if (lane == 0) ms[warp] = fmaxf(sinks[h0 + warp], m);
-  }
-  __syncthreads();
-  const bool den_lane = warp == kAttHeads && lane < kAttHeads && h0 + lane < n_head;
-  float denom = den_lane ? exp_f(sinks[h0 + lane] - ms[lane]) : 0.0f;
-  float o = 0.0f;
+  const int64_t i0 = blockIdx.x * static_cast<int64_t>(kAttDims);
+  const int64_t slot0 = a.lo % raw_cap;
+  const bool vec4 = dim % 4 == 0;  // 16-byte copies (rows and the slice start 16-byte aligned)
+  float denom = 0.0f, o = 0.0f;
   for (int64_t c0 = 0; c0 < n_rows; c0 += kAttChunk) {
     const int cn = static_cast<int>(n_rows - c0 < kAttChunk ? n_rows - c0 : kAttChunk);
-    __syncthreads();  // the previous chunk's probabilities are consumed
+    __syncthreads();  // the previous chunk is consumed
+    if (sel) {
+      for (int jj = threadIdx.x; jj < cn; jj += blockDim.x)
+        if (c0 + jj >= a.n_win) sels[jj] = sel[c0 + jj - a.n_win];
+      __syncthreads();
+    }
+    // Row c0 + jj (attn_row without a 64-bit modulo per row).
+    auto row_at = [&](int jj) -> const float* {
+      const int64_t r = c0 + jj;
+      if (r < a.n_win) {
+        int64_t slot = slot0 + r;
+        while (slot >= raw_cap) slot -= raw_cap;
+        return raw + slot * dim;
+      }
+      return comp + (sel ? static_cast<int64_t>(sels[jj]) : r - a.n_win) * dim;
+    };
+    if (vec4) {
+      for (int e = threadIdx.x; e < cn * (kAttDims / 4); e += blockDim.x) {
+        const int jj = e / (kAttDims / 4), k = 4 * (e % (kAttDims / 4));
+        const float* row = row_at(jj);
+        const bool in = i0 + k < dim;
+        attn_cp_async16(vs + jj * kAttDims + k, in ? row + i0 + k : row, in ? 16 : 0);
+      }
+    } else {
+      for (int e = threadIdx.x; e < cn * kAttDims; e += blockDim.x) {
+        const int jj = e / kAttDims, k = e % kAttDims;
+        const float* row = row_at(jj);
+        const bool in = i0 + k < dim;
+        attn_cp_async4(vs + jj * kAttDims + k, in ? row + i0 + k : row, in ? 4 : 0);
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    if (c0 == 0) {  // per-head max over all rows (with the sink), one warp per head
+      if (warp < kAttHeads && h0 + warp < n_head) {
+        const float* sc = scratch + (h0 + warp) * n_rows;
+        float m = -INFINITY;
+        for (int64_t j = lane; j < n_rows; j += 32) m = fmaxf(m, sc[j]);
+        for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        if (lane == 0) ms[warp] = fmaxf(sinks[h0 + warp], m);
+      }
+      __syncthreads();
+      if (warp == kAttHeads && lane < kAttHeads && h0 + lane < n_head) denom = exp_f(sinks[h0 + lane] - ms[lane]);
+    }
     for (int e = threadIdx.x; e < kAttHeads * cn; e += blockDim.x) {
       const int hl = e / cn, jj = e % cn;
-      ps[hl][jj] = h0 + hl < n_head ? exp_f(scratch[(h0 + hl) * n_rows + c0 + jj] - ms[hl]) : 0.0f;
+      ps[hl * (kAttChunk + 1) + jj] =
+          h0 + hl < n_head ? exp_f(scratch[(h0 + hl) * n_rows + c0 + jj] - ms[hl]) : 0.0f;
     }
+    asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
     if (warp == kAttHeads) {
-      if (den_lane) {
-        const float* p = ps[lane];
+      if (lane < kAttHeads && h0 + lane < n_head) {
+        const float* p = ps + lane * (kAttChunk + 1);
 #pragma unroll 8
         for (int jj = 0; jj < cn; ++jj) denom += p[jj];
       }
-      continue;
-    }
-    const float* p = ps[warp];
-    for (int t0 = 0; t0 < cn; t0 += kAttTile) {
-      const int tn = cn - t0 < kAttTile ? cn - t0 : kAttTile;
-      attn_output_barrier();  // the previous tile is consumed
-#pragma unroll
-      for (int u = 0; u < kAttTile / kAttHeads; ++u) vs[warp + kAttHeads * u][lane] = pre[u];
-      attn_output_barrier();
-      if (c0 + t0 + kAttTile < n_rows) load_tile(c0 + t0 + kAttTile);
-      const float* pt = p + t0;
+    } else {
+      const float* p = ps + warp * (kAttChunk + 1);
+      const float* v = vs + lane;
 #pragma unroll 8
-      for (int r = 0; r < tn; ++r) o += pt[r] * vs[r][lane];
+      for (int jj = 0; jj < cn; ++jj) o += p[jj] * v[jj * kAttDims];
     }
   }
-  if (den_lane) inv[lane] = 1.0f / denom;
+  if (warp == kAttHeads && lane < kAttHeads) inv[lane] = 1.0f / denom;
   __syncthreads();
+  const int64_t i = i0 + lane;
   if (warp < kAttHeads && h0 + warp < n_head && i < dim) out[(h0 + warp) * dim + i] = o * inv[warp];
 }
 
@@ -1002,16 +1041,22 @@ void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim,
                     float* scratch, float* out) {
   const unsigned groups = static_cast<unsigned>((n_head + kAttHeads - 1) / kAttHeads);
   const size_t smem = static_cast<size_t>(dim) * kAttHeads * sizeof(float);
-  static size_t smem_set = 48 * 1024;  // > 48 KiB of dynamic shared memory needs an opt-in
-  if (smem > smem_set) {
+  // More than 48 KiB of dynamic shared memory needs an opt-in, per device.
+  if (smem > 48 * 1024)  // head_dim > 1536 only
     cudaFuncSetAttribute(attn_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    smem_set = smem;
-  }
   const dim3 grid(static_cast<unsigned>((max_rows + kAttScoreRows - 1) / kAttScoreRows), groups);
   attn_scores_kernel<<<grid, kAttScoreRows * 8, smem, stream()>>>(q, n_head, dim, raw, raw_cap, n_swa, pos,
                                                                   comp, ratio, sel, n_sel, scratch);
+  static uint64_t combine_set = 0;  // devices whose opt-in is done
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev >= 64 || !(combine_set >> dev & 1u)) {
+    cudaFuncSetAttribute(attn_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(kAttCombineSmem));
+    if (dev < 64) combine_set |= uint64_t{1} << dev;
+  }
   const dim3 cgrid(static_cast<unsigned>((dim + kAttDims - 1) / kAttDims), groups);
-  attn_combine_kernel<<<cgrid, kAttCombineThreads, 0, stream()>>>(sinks, n_head, dim, raw, raw_cap, n_swa, pos,
+  attn_combine_kernel<<<cgrid, kAttCombineThreads, kAttCombineSmem, stream()>>>(sinks, n_head, dim, raw, raw_cap, n_swa, pos,
                                                                   comp, ratio, sel, n_sel, scratch, out);
 }
 
