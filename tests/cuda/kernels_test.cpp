@@ -1,10 +1,13 @@
 // Single CUDA kernels against the CPU units they port (src/model, src/quant), on inputs chosen
 // to hit their edge cases: the radix-select top-k with ties, NaN and signed zeros; the
-// block-parallel indexer QAT; the fused HC norm + projection. Results must be bit-identical.
+// block-parallel indexer QAT; the fused HC norm + projection; sink attention over wrapped windows,
+// compressed and selected rows. Results must be bit-identical.
 // Skipped without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -14,6 +17,7 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/kernels.h"
 #include "common/f16.h"
+#include "model/attention.h"
 #include "model/indexer.h"
 #include "model/kv_quant.h"
 #include "model/norms.h"
@@ -168,6 +172,126 @@ TEST_F(CudaKernels, RouterSelectionMatchesCpuWithTies) {
             << "n=" << n << " bias=" << with_bias;
       for (int i = 1; i < k; ++i) EXPECT_LT(got[static_cast<size_t>(ord[i - 1])], got[static_cast<size_t>(ord[i])]);
     }
+  }
+}
+
+// model::sink_attention's operation order (dot_f32 then the scale, max with the sink, the
+// denominator and each output value summed in row order, then * 1/denominator) with exp evaluated
+// in f64 and rounded once, as the device's exp_f does. glibc's expf, which model::sink_attention
+// calls, is within 0.502 ulp and so differs from the correctly rounded value in rare halfway
+// cases (a few in 10^4 scores here); everything else must match bit for bit.
+void sink_attention_f64_exp(const std::vector<float>& q, const std::vector<float>& sinks,
+                            const std::vector<const float*>& rows, std::vector<float>& out) {
+  const size_t n_head = sinks.size(), dim = q.size() / n_head;
+  const float kq_scale = 1.0f / std::sqrt(static_cast<float>(dim));
+  const auto exp_f = [](float x) { return static_cast<float>(std::exp(static_cast<double>(x))); };
+  std::vector<float> score(rows.size());
+  for (size_t h = 0; h < n_head; ++h) {
+    float m = sinks[h];
+    for (size_t j = 0; j < rows.size(); ++j) {
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // dot8: 8 interleaved sums, fixed tree, serial tail
+      size_t i = 0;
+      for (; i + 8 <= dim; i += 8)
+        for (size_t l = 0; l < 8; ++l) acc[l] += q[h * dim + i + l] * rows[j][i + l];
+      float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+      for (; i < dim; ++i) s += q[h * dim + i] * rows[j][i];
+      score[j] = s * kq_scale;
+      m = std::max(m, score[j]);
+    }
+    float* o = &out[h * dim];
+    std::fill(o, o + dim, 0.0f);
+    float denom = exp_f(sinks[h] - m);
+    for (size_t j = 0; j < rows.size(); ++j) {
+      const float w = exp_f(score[j] - m);
+      denom += w;
+      for (size_t i = 0; i < dim; ++i) o[i] += w * rows[j][i];
+    }
+    for (size_t i = 0; i < dim; ++i) o[i] *= 1.0f / denom;
+  }
+}
+
+// Sink attention (spec §3.4.8) at one position: the window rows of the ring (wrapped around it
+// when pos >= raw_cap) then the compressed rows (ratio 128) or the rows listed in sel (ratio 4),
+// bit for bit against model::sink_attention's order with exp rounded as on the device, and
+// within 1e-6 of model::sink_attention itself.
+struct AttnCase {
+  int n_head;
+  int64_t dim, n_swa, raw_cap, pos;
+  uint32_t ratio;
+  int64_t n_sel;  // > 0: attend the n_sel rows of a sorted random selection instead of all
+};
+
+TEST_F(CudaKernels, SinkAttentionMatchesCpuBitForBit) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  const AttnCase cases[] = {
+      {64, 512, 128, 128, 0, 0, 0},                 // 1 row
+      {64, 512, 128, 128, 6, 0, 0},                 // 7 rows
+      {5, 100, 129, 129, 1000, 0, 0},               // 129 wrapped rows, dim % 8 = 4, 5 heads
+      {64, 512, 128, 128, 127, 128, 0},             // 128 + 1 rows
+      {64, 512, 128, 128, 300, 128, 0},             // wrapped window + 2 compressed rows
+      {64, 512, 128, 128, 2100, 4, 512},            // wrapped window + 512 selected = 640 rows
+      {64, 512, 128, 128, 128 * 1000 + 50, 128, 0}, // 1128 rows: more than one probability chunk
+      {12, 36, 16, 20, 77, 4, 9},                   // ring larger than the window, 25 rows
+      {3, 7, 8, 8, 30, 4, 3},                       // dim < 8: the whole dot is dot8's tail
+  };
+  for (const AttnCase& c : cases) {
+    const int64_t n_win = std::min(c.pos + 1, c.n_swa), lo = c.pos + 1 - n_win;
+    const int64_t n_comp = c.ratio ? (c.pos + 1) / c.ratio : 0;
+    std::vector<float> q(static_cast<size_t>(c.n_head * c.dim)), sinks(static_cast<size_t>(c.n_head));
+    std::vector<float> raw(static_cast<size_t>(c.raw_cap * c.dim)), comp(static_cast<size_t>(std::max<int64_t>(n_comp, 1) * c.dim));
+    for (float& v : q) v = ud(rng);
+    for (float& v : sinks) v = 2.0f * ud(rng);
+    for (float& v : raw) v = ud(rng);
+    for (float& v : comp) v = ud(rng);
+    std::vector<uint32_t> sel;
+    if (c.n_sel) {  // n_sel distinct ascending ids out of n_comp
+      std::vector<uint32_t> all(static_cast<size_t>(n_comp));
+      for (size_t k = 0; k < all.size(); ++k) all[k] = static_cast<uint32_t>(k);
+      std::shuffle(all.begin(), all.end(), rng);
+      sel.assign(all.begin(), all.begin() + c.n_sel);
+      std::sort(sel.begin(), sel.end());
+    }
+    std::vector<const float*> rows;
+    for (int64_t p = lo; p <= c.pos; ++p) rows.push_back(&raw[static_cast<size_t>((p % c.raw_cap) * c.dim)]);
+    if (c.n_sel) {
+      for (const uint32_t id : sel) rows.push_back(&comp[static_cast<size_t>(id * c.dim)]);
+    } else {
+      for (int64_t k = 0; k < n_comp; ++k) rows.push_back(&comp[static_cast<size_t>(k * c.dim)]);
+    }
+    const int64_t n_rows = static_cast<int64_t>(rows.size()), max_rows = n_rows + 40;  // spare row blocks idle
+    std::vector<float> cpu(q.size()), scratch(rows.size()), want(q.size());
+    model::sink_attention(q, sinks, rows, cpu, scratch);
+    sink_attention_f64_exp(q, sinks, rows, want);
+
+    cuda::DeviceArray<float> dq(q.size()), ds(sinks.size()), draw(raw.size()), dcomp(comp.size()), dout(q.size());
+    cuda::DeviceArray<float> dscratch(static_cast<size_t>(c.n_head * max_rows));
+    cuda::DeviceArray<uint32_t> dsel(std::max<size_t>(sel.size(), 1));
+    cuda::DeviceArray<int64_t> dpos(1);
+    dq.upload(q.data(), q.size());
+    ds.upload(sinks.data(), sinks.size());
+    draw.upload(raw.data(), raw.size());
+    dcomp.upload(comp.data(), comp.size());
+    if (!sel.empty()) dsel.upload(sel.data(), sel.size());
+    dpos.upload(&c.pos, 1);
+    cuda::sink_attention(dq.get(), ds.get(), c.n_head, c.dim, draw.get(), c.raw_cap, c.n_swa, dpos.get(), dcomp.get(),
+                         c.ratio, c.n_sel ? dsel.get() : nullptr, c.n_sel, max_rows, dscratch.get(), dout.get());
+    cuda::check(cudaDeviceSynchronize(), "sink_attention");
+    std::vector<float> got(q.size());
+    dout.download(got.data(), got.size());
+    size_t diff = 0;
+    double worst = 0;
+    for (size_t k = 0; k < got.size(); ++k) {
+      if (std::memcmp(&got[k], &want[k], sizeof(float)) != 0) {
+        ++diff;
+        worst = std::max(worst, std::fabs(static_cast<double>(got[k]) - want[k]) / std::max(1e-30, std::fabs(static_cast<double>(want[k]))));
+      }
+    }
+    EXPECT_EQ(diff, 0u) << "heads " << c.n_head << " dim " << c.dim << " pos " << c.pos << " ratio " << c.ratio
+                        << " rows " << n_rows << ": worst relative difference " << worst;
+    for (size_t k = 0; k < got.size(); ++k) ASSERT_NEAR(got[k], cpu[k], 1e-6f) << "value " << k;
+    // The output is a convex combination of the rows (scaled by the sink's share): |o| <= 1.
+    for (const float v : got) ASSERT_LE(std::fabs(v), 1.0f);
   }
 }
 

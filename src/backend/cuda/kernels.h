@@ -154,8 +154,14 @@ void indexer_top_k(const float* scores, const int64_t* pos, uint32_t ratio, int6
 /// (the last min(pos + 1, n_swa) positions, ring `raw` of raw_cap rows) then the compressed rows
 /// of `comp` ((pos + 1) / ratio of them; none for ratio 0) or the n_sel rows listed in `sel`.
 /// max_rows bounds window + compressed rows (grid size); scratch holds n_head * max_rows floats.
-/// Two launches: the scores split over (row blocks x heads), then one block per head for the
-/// softmax and the weighted sum, both in the CPU's operation order.
+/// Two launches, both in the CPU's operation order (bit-identical results, exp rounded from
+/// f64): the scores of 8 heads x 32 rows per block (each row element loaded once for the 8 heads,
+/// q in shared memory, dot8's lanes, tree and tail, then the scale), then per block 8 heads x 32
+/// output dims (one block per SM, ~126 KiB of shared memory): per chunk of up to 768 rows, the V
+/// slices copied into shared memory at once (cp.async) while the block makes exp(s - max), then
+/// each output value summed over the rows in order by one lane (every V element read once for
+/// the 8 heads) while one warp sums the 8 denominators in row order. Any dim, n_head and row
+/// count (rows beyond 768 take further chunks in order).
 void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
                     int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
                     uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
