@@ -698,9 +698,13 @@ __global__ void attn_scores_kernel(const float* q, int n_head, int64_t dim, cons
   const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
   if (blockIdx.x * static_cast<int64_t>(kAttScoreRows) >= a.n_rows) return;  // whole block idle
   const int h0 = blockIdx.y * kAttHeads;
-  for (int hl = 0; hl < kAttHeads; ++hl)  // coalesced reads of q
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
-      qs[i * kAttHeads + hl] = h0 + hl < n_head ? q[(h0 + hl) * dim + i] : 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {  // the 8 heads' loads in flight together
+    float v[kAttHeads];
+#pragma unroll
+    for (int hl = 0; hl < kAttHeads; ++hl) v[hl] = h0 + hl < n_head ? q[(h0 + hl) * dim + i] : 0.0f;
+    qs4[i * 2] = make_float4(v[0], v[1], v[2], v[3]);
+    qs4[i * 2 + 1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
   __syncthreads();
   const int64_t j = blockIdx.x * static_cast<int64_t>(kAttScoreRows) + threadIdx.x / 8;
   const int l = threadIdx.x & 7;
@@ -821,6 +825,7 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, const float* ra
       if (warp < kAttHeads && h0 + warp < n_head) {
         const float* sc = scratch + (h0 + warp) * n_rows;
         float m = -INFINITY;
+#pragma unroll 8
         for (int64_t j = lane; j < n_rows; j += 32) m = fmaxf(m, sc[j]);
         for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
         if (lane == 0) ms[warp] = fmaxf(sinks[h0 + warp], m);
@@ -828,10 +833,19 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, const float* ra
       __syncthreads();
       if (warp == kAttHeads && lane < kAttHeads && h0 + lane < n_head) denom = exp_f(sinks[h0 + lane] - ms[lane]);
     }
-    for (int e = threadIdx.x; e < kAttHeads * cn; e += blockDim.x) {
-      const int hl = e / cn, jj = e % cn;
-      ps[hl * (kAttChunk + 1) + jj] =
-          h0 + hl < n_head ? exp_f(scratch[(h0 + hl) * n_rows + c0 + jj] - ms[hl]) : 0.0f;
+    constexpr int kBatch = 8;  // score loads in flight per thread before the exps
+    for (int e0 = 0; e0 < kAttHeads * cn; e0 += kBatch * static_cast<int>(blockDim.x)) {
+      float sv[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int e = e0 + static_cast<int>(threadIdx.x + u * blockDim.x), hl = e / cn, jj = e % cn;
+        sv[u] = e < kAttHeads * cn && h0 + hl < n_head ? scratch[(h0 + hl) * n_rows + c0 + jj] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int e = e0 + static_cast<int>(threadIdx.x + u * blockDim.x), hl = e / cn, jj = e % cn;
+        if (e < kAttHeads * cn) ps[hl * (kAttChunk + 1) + jj] = h0 + hl < n_head ? exp_f(sv[u] - ms[hl]) : 0.0f;
+      }
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
