@@ -1,0 +1,179 @@
+// Device helpers shared by the CUDA backend's kernel files (kernels_*.cu): the launch stream,
+// exp/log1p rounded like glibc, block-wide RMS scales and norms, the RoPE pair rotation, the
+// FP8/FP4 KV round trips and the indexer QAT. Each is a port of the CPU unit named beside it and
+// keeps its operation order. Included by .cu files only (each gets its own copy).
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/launch_stream.h"
+
+namespace ds4::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+cudaStream_t stream() { return launch_stream(); }
+
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+// exp and log1p evaluated in f64 and rounded once to f32: the correctly rounded result, which
+// glibc's expf (< 0.502 ulp) also gives in all but rare halfway cases; CUDA's expf (2 ulp) would
+// flip activation quantization codes and discrete top-k choices far more often.
+__device__ float exp_f(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
+__device__ float log1p_f(float x) { return static_cast<float>(log1p(static_cast<double>(x))); }
+
+// model::rms_norm family; one block per row. The f64 sum of squares is a block-wide tree here
+// (the CPU's detail::sum_squares_f64 uses 4 sequential f64 lanes): the two differ by f64
+// rounding only (relative ~1e-16), far below the f32 rounding of mean + eps that follows, so the
+// f32 scale almost always agrees bit for bit (docs/parity.md).
+// 1/sqrt(mean + eps) from this thread's share `acc` of the f64 sum of squares of `dim` values
+// (any block size that is a multiple of 32, up to 1024).
+__device__ float block_rms_from_partial(double acc, int64_t dim, float eps) {
+  __shared__ double part[32];
+  __shared__ float scale;
+  for (int off = 16; off >= 1; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double s = 0;
+    for (int k = 0; k < static_cast<int>(blockDim.x / 32); ++k) s += part[k];
+    scale = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(dim)) + eps);
+  }
+  __syncthreads();
+  return scale;
+}
+
+// 1/sqrt(mean(x^2) + eps) of x[0, dim), computed by the whole block.
+__device__ float block_rms_scale(const float* xr, int64_t dim, float eps) {
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) acc += static_cast<double>(xr[i]) * xr[i];
+  return block_rms_from_partial(acc, dim, eps);
+}
+
+// out = x * s [* w] for one row by the whole block. Rows of at most kNormRegs * blockDim.x values
+// are held in registers: every load is issued before the first use (a strided loop would wait one
+// memory round trip per iteration, in-order issue), and out may alias x. Longer rows loop.
+constexpr int kNormRegs = 16;
+__device__ void block_rms_norm_row(const float* xr, const float* w, float* orow, int64_t dim, float eps) {
+  if (dim > kNormRegs * static_cast<int64_t>(blockDim.x)) {
+    const float s = block_rms_scale(xr, dim, eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = w ? xr[i] * s * w[i] : xr[i] * s;
+    return;
+  }
+  float v[kNormRegs], wv[kNormRegs];
+#pragma unroll
+  for (int k = 0; k < kNormRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+    v[k] = i < dim ? xr[i] : 0.0f;
+    wv[k] = w && i < dim ? w[i] : 1.0f;
+  }
+  double acc = 0;
+#pragma unroll
+  for (int k = 0; k < kNormRegs; ++k) acc += static_cast<double>(v[k]) * v[k];
+  const float s = block_rms_from_partial(acc, dim, eps);
+#pragma unroll
+  for (int k = 0; k < kNormRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+    if (i < dim) orow[i] = w ? v[k] * s * wv[k] : v[k] * s;
+  }
+}
+
+// Rotation of pair p of a tail by the angles of `cs` ([cos n_pair][sin n_pair]).
+__device__ void rope_pair(float* t, const float* cs, int n_pair, int p, float sign) {
+  const float c = cs[p];
+  const float s = sign * cs[n_pair + p];
+  const float x0 = t[2 * p], x1 = t[2 * p + 1];
+  t[2 * p] = x0 * c - x1 * s;
+  t[2 * p + 1] = x0 * s + x1 * c;
+}
+
+// model::kv_quant round_trip_block: power-of-two scale from ceil(log2(amax/qmax)), taken exactly
+// from the float's binary exponent.
+__device__ int ceil_log2(float v) {
+  int e;
+  const float m = frexpf(v, &e);  // v = m * 2^e, m in [0.5, 1)
+  return m == 0.5f ? e - 1 : e;
+}
+
+__device__ float e4m3_round_abs(float ax) {
+  constexpr int32_t kMinStepBits = (127 - 9) << 23;
+  const int32_t e = static_cast<int32_t>(__float_as_uint(ax) & 0x7f800000u) - (3 << 23);
+  const int32_t step_bits = e > kMinStepBits ? e : kMinStepBits;
+  const float step = __int_as_float(step_bits);
+  const float inv_step = __int_as_float((254 << 23) - step_bits);
+  return ((ax * inv_step + 8388608.0f) - 8388608.0f) * step;
+}
+
+__device__ float e2m1_round_abs(float ax) {
+  return 0.5f * static_cast<float>(ax > 0.25f) + 0.5f * static_cast<float>(ax >= 0.75f) +
+         0.5f * static_cast<float>(ax > 1.25f) + 0.5f * static_cast<float>(ax >= 1.75f) +
+         1.0f * static_cast<float>(ax > 2.5f) + 1.0f * static_cast<float>(ax >= 3.5f) +
+         2.0f * static_cast<float>(ax > 5.0f);
+}
+
+template <bool kFp8>
+__device__ void round_trip_block(float* x, int64_t n) {
+  const float floor_v = kFp8 ? 1.0e-4f : 7.052966104933725e-38f;
+  const float qmax = kFp8 ? 448.0f : 6.0f;
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float av = fabsf(x[i]);
+    amax = av > amax ? av : amax;
+  }
+  if (amax < floor_v) amax = floor_v;
+  const int e = ceil_log2(amax / qmax);
+  const float scale = ldexpf(1.0f, e);
+  const float inv_scale = ldexpf(1.0f, -e);
+  const int32_t qmax_bits = __float_as_int(qmax);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] * inv_scale;
+    const int32_t q_bits = __float_as_int(kFp8 ? e4m3_round_abs(fabsf(v)) : e2m1_round_abs(fabsf(v)));
+    const uint32_t q = static_cast<uint32_t>(q_bits < qmax_bits ? q_bits : qmax_bits);
+    const uint32_t sign = v < 0.0f ? 0x80000000u : 0u;
+    x[i] = __uint_as_float(q | sign) * scale;
+  }
+}
+
+
+// Hadamard butterfly (model::hadamard), scale, then FP4 blocks of 32, on one row (one thread).
+__device__ void qat_row(float* v, int64_t dim) {
+  for (int64_t stride = 1; stride < dim; stride <<= 1)
+    for (int64_t base = 0; base < dim; base += 2 * stride)
+      for (int64_t i = 0; i < stride; ++i) {
+        const float a = v[base + i];
+        const float b = v[base + stride + i];
+        v[base + i] = a + b;
+        v[base + stride + i] = a - b;
+      }
+  const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(dim)));
+  for (int64_t i = 0; i < dim; ++i) v[i] *= scale;
+  for (int64_t off = 0; off < dim; off += 32) round_trip_block<false>(v + off, 32);
+}
+
+// qat_row by the whole block on `v` in shared memory: each butterfly stage's pairs are
+// disjoint, so running a stage's pairs in parallel gives the serial result exactly; the scale is
+// elementwise and each FP4 block of 32 is one thread's sequential round trip.
+__device__ void block_qat_row(float* v, int64_t dim) {
+  for (int64_t stride = 1; stride < dim; stride <<= 1) {
+    for (int64_t p = threadIdx.x; p < dim / 2; p += blockDim.x) {
+      const int64_t base = p / stride * 2 * stride, i = p % stride;
+      const float a = v[base + i];
+      const float b = v[base + stride + i];
+      v[base + i] = a + b;
+      v[base + stride + i] = a - b;
+    }
+    __syncthreads();
+  }
+  const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(dim)));
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) v[i] *= scale;
+  __syncthreads();
+  for (int64_t off = 32 * threadIdx.x; off < dim; off += 32 * blockDim.x) round_trip_block<false>(v + off, 32);
+  __syncthreads();
+}
+
+
+}  // namespace
+}  // namespace ds4::cuda

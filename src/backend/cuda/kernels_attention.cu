@@ -1,0 +1,256 @@
+// Sink attention over the window and compressed rows (spec §3.4.8, model::sink_attention): the
+// scores and the softmax-weighted sum, in the CPU's operation order.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/async_copy.cuh"
+#include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace ds4::cuda {
+namespace {
+
+// Rows attended at position *pos (model::sink_attention): the raw window [lo, pos] of at most
+// n_swa rows, then the layer's compressed rows ((pos + 1) / ratio of them, none for ratio 0) or
+// the n_sel rows listed in sel.
+struct AttnShape {
+  int64_t lo, n_win, n_rows;
+};
+
+__device__ AttnShape attn_shape(const int64_t* pos, int64_t n_swa, uint32_t ratio, const uint32_t* sel,
+                                int64_t n_sel) {
+  const int64_t p = *pos;
+  AttnShape a;
+  a.n_win = p + 1 < n_swa ? p + 1 : n_swa;
+  a.lo = p + 1 - a.n_win;
+  a.n_rows = a.n_win + (sel ? n_sel : (ratio ? (p + 1) / ratio : 0));
+  return a;
+}
+
+__device__ const float* attn_row(const float* raw, int64_t raw_cap, const AttnShape& a,
+                                 const float* comp, const uint32_t* sel, int64_t dim, int64_t j) {
+  if (j < a.n_win) return raw + ((a.lo + j) % raw_cap) * dim;
+  const int64_t c = j - a.n_win;
+  return comp + (sel ? static_cast<int64_t>(sel[c]) : c) * dim;
+}
+
+// Attention tiles: a scores block covers kAttScoreRows rows x kAttHeads heads (a lane holds
+// kAttRowRegs row elements in registers: all its loads in flight at once); a combine block covers
+// kAttHeads heads x kAttDims output dims and walks the rows in chunks of kAttChunk (V slices,
+// probabilities and selected row ids in shared memory).
+constexpr int kAttHeads = 8, kAttScoreRows = 32, kAttRowRegs = 64, kAttDims = 32, kAttChunk = 768;
+constexpr int kAttCombineThreads = kAttHeads * 32 + 32;  // 8 output warps + 1 denominator warp
+
+// Attention scores (model::sink_attention step 1) of kAttHeads heads for kAttScoreRows rows:
+// 8 lanes per row hold dot8's partial sums; each row element is loaded once and multiplied by
+// the 8 heads' q values, stored in shared memory as [dim][8] so one lane reads them as two
+// float4. The tree and tail follow dot8, then the scale, as the CPU does. scratch is [head][row]
+// with stride n_rows (this position's).
+__global__ void attn_scores_kernel(const float* q, int n_head, int64_t dim, const float* raw,
+                                   int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
+                                   uint32_t ratio, const uint32_t* sel, int64_t n_sel, float* scratch) {
+  extern __shared__ float4 qs4[];  // [dim][kAttHeads] floats
+  float* qs = reinterpret_cast<float*>(qs4);
+  const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
+  if (blockIdx.x * static_cast<int64_t>(kAttScoreRows) >= a.n_rows) return;  // whole block idle
+  const int h0 = blockIdx.y * kAttHeads;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {  // the 8 heads' loads in flight together
+    float v[kAttHeads];
+#pragma unroll
+    for (int hl = 0; hl < kAttHeads; ++hl) v[hl] = h0 + hl < n_head ? q[(h0 + hl) * dim + i] : 0.0f;
+    qs4[i * 2] = make_float4(v[0], v[1], v[2], v[3]);
+    qs4[i * 2 + 1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+  __syncthreads();
+  const int64_t j = blockIdx.x * static_cast<int64_t>(kAttScoreRows) + threadIdx.x / 8;
+  const int l = threadIdx.x & 7;
+  const bool on = j < a.n_rows;
+  const float* row = attn_row(raw, raw_cap, a, comp, sel, dim, on ? j : 0);
+  const int64_t full = dim / 8 * 8;
+  float acc[kAttHeads] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t c = 0; c < full; c += 8 * kAttRowRegs) {  // one pass for head_dim <= 512
+    float rv[kAttRowRegs];
+#pragma unroll
+    for (int u = 0; u < kAttRowRegs; ++u) rv[u] = c + 8 * u < full ? row[c + 8 * u + l] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kAttRowRegs; ++u) {
+      if (c + 8 * u >= full) break;
+      const int64_t i = c + 8 * u + l;
+      const float r = rv[u];
+      const float4 qa = qs4[i * 2], qb = qs4[i * 2 + 1];
+      acc[0] += qa.x * r;
+      acc[1] += qa.y * r;
+      acc[2] += qa.z * r;
+      acc[3] += qa.w * r;
+      acc[4] += qb.x * r;
+      acc[5] += qb.y * r;
+      acc[6] += qb.z * r;
+      acc[7] += qb.w * r;
+    }
+  }
+#pragma unroll
+  for (int hl = 0; hl < kAttHeads; ++hl) {
+    float s = acc[hl];
+    s = s + __shfl_down_sync(0xffffffffu, s, 4, 8);  // l<4: acc[l] + acc[l+4]
+    s = s + __shfl_down_sync(0xffffffffu, s, 1, 8);  // l=0: (0+4)+(1+5); l=2: (2+6)+(3+7)
+    s = s + __shfl_down_sync(0xffffffffu, s, 2, 8);  // l=0: the tree
+    acc[hl] = s;
+  }
+  if (!on || l != 0) return;
+  const float scale = 1.0f / sqrtf(static_cast<float>(dim));
+  for (int hl = 0; hl < kAttHeads && h0 + hl < n_head; ++hl) {
+    float s = acc[hl];
+    for (int64_t i = full; i < dim; ++i) s += qs[i * kAttHeads + hl] * row[i];
+    scratch[(h0 + hl) * a.n_rows + j] = s * scale;
+  }
+}
+
+// Asynchronous global -> shared copies of 16 or 4 bytes; src_bytes = 0 fills zeros (reads nothing).
+__device__ void attn_cp_async16(float* dst, const float* src, int src_bytes) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ void attn_cp_async4(float* dst, const float* src, int src_bytes) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// Dynamic shared memory of attn_combine_kernel: V slices [kAttChunk][kAttDims], probabilities
+// [kAttHeads][kAttChunk + 1] (+1: the denominator lanes hit distinct banks), sel ids [kAttChunk].
+constexpr size_t kAttCombineSmem =
+    (static_cast<size_t>(kAttChunk) * kAttDims + kAttHeads * (kAttChunk + 1) + kAttChunk) * sizeof(float);
+
+// Softmax with a sink and the weighted sum (model::sink_attention steps 2-3) of kAttHeads heads
+// x kAttDims output dims, grid (dim slices, head groups); one block per SM. Per chunk of up to
+// kAttChunk rows: the V slices of all its rows are copied into shared memory at once (cp.async,
+// every load in flight together) while the block makes the probabilities exp(s - max); then warp
+// w < 8 (head h0 + w, lane = output dim) sums each output value over the rows in order, every V
+// element read once for the 8 heads, and warp 8's lanes sum the 8 denominators in row order.
+__global__ void __launch_bounds__(kAttCombineThreads, 1)
+attn_combine_kernel(const float* sinks, int n_head, int64_t dim, const float* raw, int64_t raw_cap,
+                    int64_t n_swa, const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
+                    int64_t n_sel, const float* scratch, float* out) {
+  extern __shared__ float4 smem4[];
+  float* vs = reinterpret_cast<float*>(smem4);
+  float* ps = vs + kAttChunk * kAttDims;
+  uint32_t* sels = reinterpret_cast<uint32_t*>(ps + kAttHeads * (kAttChunk + 1));
+  __shared__ float ms[kAttHeads], inv[kAttHeads];
+  const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
+  const int64_t n_rows = a.n_rows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int h0 = blockIdx.y * kAttHeads;
+  const int64_t i0 = blockIdx.x * static_cast<int64_t>(kAttDims);
+  const int64_t slot0 = a.lo % raw_cap;
+  const bool vec4 = dim % 4 == 0;  // 16-byte copies (rows and the slice start 16-byte aligned)
+  float denom = 0.0f, o = 0.0f;
+  for (int64_t c0 = 0; c0 < n_rows; c0 += kAttChunk) {
+    const int cn = static_cast<int>(n_rows - c0 < kAttChunk ? n_rows - c0 : kAttChunk);
+    __syncthreads();  // the previous chunk is consumed
+    if (sel) {
+      for (int jj = threadIdx.x; jj < cn; jj += blockDim.x)
+        if (c0 + jj >= a.n_win) sels[jj] = sel[c0 + jj - a.n_win];
+      __syncthreads();
+    }
+    // Row c0 + jj (attn_row without a 64-bit modulo per row).
+    auto row_at = [&](int jj) -> const float* {
+      const int64_t r = c0 + jj;
+      if (r < a.n_win) {
+        int64_t slot = slot0 + r;
+        while (slot >= raw_cap) slot -= raw_cap;
+        return raw + slot * dim;
+      }
+      return comp + (sel ? static_cast<int64_t>(sels[jj]) : r - a.n_win) * dim;
+    };
+    if (vec4) {
+      for (int e = threadIdx.x; e < cn * (kAttDims / 4); e += blockDim.x) {
+        const int jj = e / (kAttDims / 4), k = 4 * (e % (kAttDims / 4));
+        const float* row = row_at(jj);
+        const bool in = i0 + k < dim;
+        attn_cp_async16(vs + jj * kAttDims + k, in ? row + i0 + k : row, in ? 16 : 0);
+      }
+    } else {
+      for (int e = threadIdx.x; e < cn * kAttDims; e += blockDim.x) {
+        const int jj = e / kAttDims, k = e % kAttDims;
+        const float* row = row_at(jj);
+        const bool in = i0 + k < dim;
+        attn_cp_async4(vs + jj * kAttDims + k, in ? row + i0 + k : row, in ? 4 : 0);
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    if (c0 == 0) {  // per-head max over all rows (with the sink), one warp per head
+      if (warp < kAttHeads && h0 + warp < n_head) {
+        const float* sc = scratch + (h0 + warp) * n_rows;
+        float m = -INFINITY;
+#pragma unroll 8
+        for (int64_t j = lane; j < n_rows; j += 32) m = fmaxf(m, sc[j]);
+        for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+        if (lane == 0) ms[warp] = fmaxf(sinks[h0 + warp], m);
+      }
+      __syncthreads();
+      if (warp == kAttHeads && lane < kAttHeads && h0 + lane < n_head) denom = exp_f(sinks[h0 + lane] - ms[lane]);
+    }
+    constexpr int kBatch = 8;  // score loads in flight per thread before the exps
+    for (int e0 = 0; e0 < kAttHeads * cn; e0 += kBatch * static_cast<int>(blockDim.x)) {
+      float sv[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int e = e0 + static_cast<int>(threadIdx.x + u * blockDim.x), hl = e / cn, jj = e % cn;
+        sv[u] = e < kAttHeads * cn && h0 + hl < n_head ? scratch[(h0 + hl) * n_rows + c0 + jj] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int e = e0 + static_cast<int>(threadIdx.x + u * blockDim.x), hl = e / cn, jj = e % cn;
+        if (e < kAttHeads * cn) ps[hl * (kAttChunk + 1) + jj] = h0 + hl < n_head ? exp_f(sv[u] - ms[hl]) : 0.0f;
+      }
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    if (warp == kAttHeads) {
+      if (lane < kAttHeads && h0 + lane < n_head) {
+        const float* p = ps + lane * (kAttChunk + 1);
+#pragma unroll 8
+        for (int jj = 0; jj < cn; ++jj) denom += p[jj];
+      }
+    } else {
+      const float* p = ps + warp * (kAttChunk + 1);
+      const float* v = vs + lane;
+#pragma unroll 8
+      for (int jj = 0; jj < cn; ++jj) o += p[jj] * v[jj * kAttDims];
+    }
+  }
+  if (warp == kAttHeads && lane < kAttHeads) inv[lane] = 1.0f / denom;
+  __syncthreads();
+  const int64_t i = i0 + lane;
+  if (warp < kAttHeads && h0 + warp < n_head && i < dim) out[(h0 + warp) * dim + i] = o * inv[warp];
+}
+
+}  // namespace
+
+void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
+                    int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
+                    uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
+                    float* scratch, float* out) {
+  const unsigned groups = static_cast<unsigned>((n_head + kAttHeads - 1) / kAttHeads);
+  const size_t smem = static_cast<size_t>(dim) * kAttHeads * sizeof(float);
+  // More than 48 KiB of dynamic shared memory needs an opt-in, per device.
+  if (smem > 48 * 1024)  // head_dim > 1536 only
+    cudaFuncSetAttribute(attn_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  const dim3 grid(static_cast<unsigned>((max_rows + kAttScoreRows - 1) / kAttScoreRows), groups);
+  attn_scores_kernel<<<grid, kAttScoreRows * 8, smem, stream()>>>(q, n_head, dim, raw, raw_cap, n_swa, pos,
+                                                                  comp, ratio, sel, n_sel, scratch);
+  static uint64_t combine_set = 0;  // devices whose opt-in is done
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev >= 64 || !(combine_set >> dev & 1u)) {
+    cudaFuncSetAttribute(attn_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(kAttCombineSmem));
+    if (dev < 64) combine_set |= uint64_t{1} << dev;
+  }
+  const dim3 cgrid(static_cast<unsigned>((dim + kAttDims - 1) / kAttDims), groups);
+  attn_combine_kernel<<<cgrid, kAttCombineThreads, kAttCombineSmem, stream()>>>(sinks, n_head, dim, raw, raw_cap, n_swa, pos,
+                                                                  comp, ratio, sel, n_sel, scratch, out);
+}
+
+}  // namespace ds4::cuda

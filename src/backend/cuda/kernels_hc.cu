@@ -1,0 +1,241 @@
+// Hyper-connection kernels (spec §3.3, model/hyper_connections): the fused norm + projection,
+// the pre weights with the sublayer's input norm, the Sinkhorn split, hc_post and the output
+// head's collapse. Same operation order as the CPU units.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/async_copy.cuh"
+#include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace ds4::cuda {
+namespace {
+
+constexpr int kMaxHc = 5;  // hyper-connection streams: the Sinkhorn matrix fits one warp (n*n <= 32)
+
+// The HC split's post weights and Sinkhorn combine matrix (model::hc_split_sinkhorn), one warp:
+// the n x n matrix lives in registers (lane r*n + c holds entry (r, c); n <= kMaxHc), every row
+// or column sum gathers its n entries by shuffles and adds them in the CPU's order.
+__global__ void hc_sinkhorn_kernel(const float* mix, const float* scale, const float* base, int n, int iters,
+                                   float eps, float* post, float* comb) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int t = threadIdx.x;
+  if (t < n) {
+    const float z2 = mix[n + t] * scale[1] + base[n + t];
+    post[t] = 2.0f / (1.0f + exp_f(-z2));
+  }
+  const bool on = t < n * n;
+  const int r = on ? t / n : 0, c = on ? t % n : 0;
+  float m = on ? mix[2 * n + t] * scale[2] + base[2 * n + t] : 0.0f;
+  // Row softmax: max and sum over the row's entries in column order.
+  float row_max = -1.0e30f;
+  for (int k = 0; k < n; ++k) {
+    const float v = __shfl_sync(kAll, m, r * n + k);
+    if (v > row_max) row_max = v;
+  }
+  m = exp_f(m - row_max);
+  float sum = 0.0f;
+  for (int k = 0; k < n; ++k) sum += __shfl_sync(kAll, m, r * n + k);
+  m = m * (1.0f / sum) + eps;
+  for (int it = 0; it < iters; ++it) {
+    if (it > 0) {
+      float rs = 0.0f;
+      for (int k = 0; k < n; ++k) rs += __shfl_sync(kAll, m, r * n + k);
+      m *= 1.0f / (rs + eps);
+    }
+    float cs = 0.0f;
+    for (int k = 0; k < n; ++k) cs += __shfl_sync(kAll, m, c + n * k);
+    m *= 1.0f / (cs + eps);
+  }
+  if (on) comb[t] = m;
+}
+
+// The HC split's pre weights (threads t < n), then sub_in = sum_r pre[r] * x[r] and, with
+// norm_w, h = rms_norm(sub_in) * norm_w (the sublayer's attn_norm / ffn_norm, model::rms_norm):
+// everything the sublayer's first matvec waits for, without the Sinkhorn iterations.
+__global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, const float* scale, const float* base,
+                                                      int n, float eps, const float* x, int64_t d, float* pre,
+                                                      float* sub_in, const float* norm_w, float norm_eps, float* h) {
+  __shared__ float s_pre[kMaxHc];
+  const int t = threadIdx.x;
+  if (t < n) {
+    const float z = mix[t] * scale[0] + base[t];
+    pre[t] = s_pre[t] = 1.0f / (1.0f + exp_f(-z)) + eps;
+  }
+  __syncthreads();
+  // sub_in and its norm. Up to kSumRegs values per thread stay in registers, their x and weight
+  // loads all issued first (in-order issue would otherwise wait a round trip per load).
+  constexpr int kSumRegs = 4;
+  double acc = 0;
+  if (d > kSumRegs * static_cast<int64_t>(blockDim.x)) {
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+      float o = 0.0f;
+      for (int r = 0; r < n; ++r) o += x[r * d + i] * s_pre[r];
+      sub_in[i] = o;
+      acc += static_cast<double>(o) * o;
+    }
+    if (!norm_w) return;  // uniform: the whole block returns
+    const float sc = block_rms_from_partial(acc, d, norm_eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) h[i] = sub_in[i] * sc * norm_w[i];
+    return;
+  }
+  float xv[kSumRegs][kMaxHc], o[kSumRegs], wv[kSumRegs];
+#pragma unroll
+  for (int k = 0; k < kSumRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+#pragma unroll
+    for (int r = 0; r < kMaxHc; ++r) xv[k][r] = i < d && r < n ? x[r * d + i] : 0.0f;
+    wv[k] = norm_w && i < d ? norm_w[i] : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < kSumRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+    o[k] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kMaxHc; ++r)
+      if (r < n) o[k] += xv[k][r] * s_pre[r];
+    if (i < d) {
+      sub_in[i] = o[k];
+      acc += static_cast<double>(o[k]) * o[k];
+    }
+  }
+  if (!norm_w) return;  // uniform: the whole block returns
+  const float sc = block_rms_from_partial(acc, d, norm_eps);
+#pragma unroll
+  for (int k = 0; k < kSumRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+    if (i < d) h[i] = o[k] * sc * wv[k];
+  }
+}
+
+// HC projection with its input norm (rms_norm_unweighted then a float-matrix vec_dot), one block
+// per output row: the block stages x and the row in shared memory (cp.async), takes the f64 sum
+// of squares, forms every product w[i] * (x[i] * s), then lanes 0..15 of warp 0 add them in
+// quant::ref's 16 lane chains (element i into lane i mod 16) and its tree. 24-row HC matrices thereby cost one
+// launch and ~2 shared-memory passes instead of a norm launch and a 3-block matvec.
+template <uint32_t kType>  // ggml type: F32 (0), F16 (1), BF16 (30)
+__device__ float load_float_w(const uint8_t* w, int64_t i) {
+  if constexpr (kType == 0) return reinterpret_cast<const float*>(w)[i];
+  else if constexpr (kType == 1) return __half2float(__ushort_as_half(reinterpret_cast<const uint16_t*>(w)[i]));
+  else return __uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(w)[i]) << 16);  // BF16
+}
+
+template <uint32_t kType>
+__global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_t cols, const float* x,
+                                      float eps, float* y) {
+  extern __shared__ __align__(16) uint8_t hc_smem[];
+  float* v = reinterpret_cast<float*>(hc_smem);  // x, then the products w[i] * (x[i] * s)
+  uint8_t* wrow = hc_smem + cols * 4;
+  const uint8_t* src = w + blockIdx.x * row_bytes;
+  for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) cp_async16(v + 4 * i, x + 4 * i);
+  for (int64_t i = threadIdx.x; i < static_cast<int64_t>(row_bytes / 16); i += blockDim.x)
+    cp_async16(wrow + 16 * i, src + 16 * i);
+  cp_async_wait();
+  __syncthreads();
+  double acc = 0;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) acc += static_cast<double>(v[i]) * v[i];
+  const float sc = block_rms_from_partial(acc, cols, eps);  // synchronises the block
+  // The products do not depend on the summation order, so every thread forms its share; only
+  // the 16 lane chains below are sequential.
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) v[i] = load_float_w<kType>(wrow, i) * (v[i] * sc);
+  __syncthreads();
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  float a = 0.0f;
+  if (lane < 16) {
+    int64_t i = lane;
+    for (; i + 16 * 7 < cols; i += 16 * 8) {
+      float p[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) p[u] = v[i + 16 * u];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) a = a + p[u];
+    }
+    for (; i < cols; i += 16) a = a + v[i];
+  }
+  for (int off = 8; off >= 1; off >>= 1) a = a + __shfl_down_sync(0xffffffffu, a, off);
+  if (lane == 0) y[blockIdx.x] = a;
+}
+
+__global__ void hc_post_kernel(const float* y, const float* x, const float* post,
+                               const float* comb, int n, int64_t d, float* out) {
+  const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (k >= n * d) return;
+  const int c = static_cast<int>(k / d);
+  const int64_t i = k % d;
+  float o = y[i] * post[c];
+  for (int r = 0; r < n; ++r) o += comb[c + n * r] * x[r * d + i];
+  out[k] = o;
+}
+
+__global__ void hc_output_kernel(const float* logits, const float* scale, const float* base,
+                                 int n, float eps, const float* x, int64_t d, float* z) {
+  __shared__ float w[16];
+  if (threadIdx.x == 0)
+    for (int i = 0; i < n; ++i) {
+      const float v = logits[i] * scale[0] + base[i];
+      float s;
+      if (v >= 0.0f) {
+        s = 1.0f / (1.0f + exp_f(-v));
+      } else {
+        const float e = exp_f(v);
+        s = e / (1.0f + e);
+      }
+      w[i] = s + eps;
+    }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float o = 0.0f;
+    for (int r = 0; r < n; ++r) o += x[r * d + i] * w[r];
+    z[i] = o;
+  }
+}
+
+}  // namespace
+
+void hc_pre_weights(const float* mix, const float* scale, const float* base, int n_hc, float eps,
+                    const float* x, int64_t d, float* pre, float* sub_in, const float* norm_w, float norm_eps,
+                    float* h) {
+  hc_pre_kernel<<<1, 1024, 0, stream()>>>(mix, scale, base, n_hc, eps, x, d, pre, sub_in, norm_w, norm_eps, h);
+}
+
+void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc, int iters, float eps,
+                 float* post, float* comb) {
+  hc_sinkhorn_kernel<<<1, 32, 0, stream()>>>(mix, scale, base, n_hc, iters, eps, post, comb);
+}
+
+bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                    const float* x, float eps, float* y) {
+  const int wb = type == 0 ? 4 : (type == 1 || type == 30) ? 2 : 0;
+  const size_t smem = static_cast<size_t>(cols) * 4 + row_bytes;
+  if (wb == 0 || cols % 16 != 0 || row_bytes != static_cast<size_t>(cols) * wb || smem > 200 * 1024 ||
+      reinterpret_cast<uintptr_t>(w) % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 || rows <= 0)
+    return false;
+  static bool attr_set = false;  // > 48 KiB of dynamic shared memory needs an opt-in (once)
+  if (!attr_set) {
+    for (const void* f : {reinterpret_cast<const void*>(hc_norm_matvec_kernel<0>),
+                          reinterpret_cast<const void*>(hc_norm_matvec_kernel<1>),
+                          reinterpret_cast<const void*>(hc_norm_matvec_kernel<30>)})
+      cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    attr_set = true;
+  }
+  const unsigned grid = static_cast<unsigned>(rows);
+  if (type == 0) hc_norm_matvec_kernel<0><<<grid, 1024, smem, stream()>>>(w, row_bytes, cols, x, eps, y);
+  else if (type == 1) hc_norm_matvec_kernel<1><<<grid, 1024, smem, stream()>>>(w, row_bytes, cols, x, eps, y);
+  else hc_norm_matvec_kernel<30><<<grid, 1024, smem, stream()>>>(w, row_bytes, cols, x, eps, y);
+  return true;
+}
+
+void hc_post(const float* y, const float* x, const float* post, const float* comb, int n_hc,
+             int64_t d, float* out) {
+  hc_post_kernel<<<blocks_for(n_hc * d), kThreads, 0, stream()>>>(y, x, post, comb, n_hc, d, out);
+}
+
+void hc_output(const float* logits, const float* scale, const float* base, int n_hc, float eps,
+               const float* x, int64_t d, float* z) {
+  hc_output_kernel<<<1, kThreads, 0, stream()>>>(logits, scale, base, n_hc, eps, x, d, z);
+}
+
+}  // namespace ds4::cuda

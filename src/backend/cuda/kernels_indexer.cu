@@ -1,0 +1,298 @@
+// Compressor and lightning-indexer kernels (spec §3.4.5-§3.4.7, model/compressor, model/indexer):
+// frontier store and emission, indexer QAT, scores and the top-k selection. Same operation order
+// as the CPU units.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/async_copy.cuh"
+#include "backend/cuda/kernel_common.cuh"
+#include "backend/cuda/kernels.h"
+
+namespace ds4::cuda {
+namespace {
+
+// One block per row, the row staged in shared memory (dim floats).
+__global__ void indexer_qat_kernel(float* x, int64_t dim) {
+  extern __shared__ float qat_smem[];
+  float* row = x + blockIdx.x * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) qat_smem[i] = row[i];
+  __syncthreads();
+  block_qat_row(qat_smem, dim);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) row[i] = qat_smem[i];
+}
+
+__global__ void compressor_store_kernel(const float* kv, const float* score, const float* ape,
+                                        int64_t width, uint32_t ratio, const int64_t* pos,
+                                        float* state_kv, float* state_score) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= width) return;
+  const int64_t p = *pos;
+  const int64_t state_row = ratio == 4 ? 4 + p % 4 : p % ratio;
+  const float* a = ape + (p % ratio) * width;
+  state_kv[state_row * width + j] = kv[j];
+  state_score[state_row * width + j] = score[j] + a[j];
+}
+
+// model::compressor_pool of column j of a full frontier.
+__device__ float pool_value(const float* kv, const float* sc, uint32_t ratio, int64_t d, int64_t j) {
+  const int64_t width = (ratio == 4 ? 2 : 1) * d;
+  constexpr float kEmpty = -1.0e30f;
+  constexpr float kAllEmpty = kEmpty * 0.5f;
+  float max_score = kEmpty, denom = 0.0f, sum = 0.0f;
+  if (ratio == 4) {
+    for (int r = 0; r < 4; ++r) {
+      max_score = fmaxf(max_score, sc[r * width + j]);
+      max_score = fmaxf(max_score, sc[(4 + r) * width + d + j]);
+    }
+    if (max_score <= kAllEmpty) return 0.0f;
+    for (int r = 0; r < 4; ++r) {
+      const int64_t ip = r * width + j;
+      const int64_t ic = (4 + r) * width + d + j;
+      const float wp = exp_f(sc[ip] - max_score);
+      const float wc = exp_f(sc[ic] - max_score);
+      denom += wp + wc;
+      sum += wp * kv[ip];
+      sum += wc * kv[ic];
+    }
+  } else {
+    for (uint32_t r = 0; r < ratio; ++r) max_score = fmaxf(max_score, sc[r * width + j]);
+    if (max_score <= kAllEmpty) return 0.0f;
+    for (uint32_t r = 0; r < ratio; ++r) {
+      const float w = exp_f(sc[r * width + j] - max_score);
+      denom += w;
+      sum += w * kv[r * width + j];
+    }
+  }
+  return denom > 0.0f ? sum / denom : 0.0f;
+}
+
+constexpr int kMaxQatDim = 1024;  // indexer rows up to this size are quantized in shared memory
+
+// Compressor emission (model::Compressor::push after the store, spec §3.4.5/§3.4.7), one block,
+// a no-op unless (pos + 1) % ratio == 0: pool the frontier into `row`, RMS-norm it with `norm`,
+// rotate its tail at the row's first position (pos + 1 - ratio), quantize (FP8 on the first
+// n_fp8 values, or the indexer's Hadamard + FP4), round to f16 into row (pos + 1) / ratio - 1 of
+// `rows`, and for ratio 4 shift the current lane of the frontier into the previous one.
+__global__ void compressor_emit_kernel(float* kv, float* sc, uint32_t ratio, int64_t d,
+                                       const float* norm, float eps, const float* rope_table,
+                                       int n_pair, bool indexer, int64_t n_fp8, const int64_t* pos,
+                                       float* row, float* rows) {
+  const int64_t p = *pos;
+  if ((p + 1) % ratio != 0) return;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) row[j] = pool_value(kv, sc, ratio, d, j);
+  __syncthreads();
+  const float s = block_rms_scale(row, d, eps);
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) row[j] = row[j] * s * norm[j];
+  __syncthreads();
+  const float* cs = rope_table + (p + 1 - ratio) * 2 * n_pair;
+  for (int k = threadIdx.x; k < n_pair; k += blockDim.x) rope_pair(row + d - 2 * n_pair, cs, n_pair, k, 1.0f);
+  __syncthreads();
+  if (indexer) {
+    __shared__ float qbuf[kMaxQatDim];
+    if (d <= kMaxQatDim) {
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) qbuf[j] = row[j];
+      __syncthreads();
+      block_qat_row(qbuf, d);
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) row[j] = qbuf[j];
+    } else if (threadIdx.x == 0) {
+      qat_row(row, d);
+    }
+  } else {
+    for (int64_t b = threadIdx.x; b < (n_fp8 + 63) / 64; b += blockDim.x)
+      round_trip_block<true>(row + b * 64, n_fp8 - b * 64 < 64 ? n_fp8 - b * 64 : 64);
+  }
+  __syncthreads();
+  float* out = rows + ((p + 1) / ratio - 1) * d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) out[j] = __half2float(__float2half_rn(row[j]));
+  if (ratio == 4) {
+    const int64_t width = 2 * d;
+    for (int64_t i = threadIdx.x; i < 4 * width; i += blockDim.x) {
+      kv[i] = kv[4 * width + i];
+      sc[i] = sc[4 * width + i];
+    }
+  }
+}
+
+// model::detail::dot_f32 (8 interleaved partial sums, fixed tree, serial tail) with b read at
+// stride `bs` (b[i * bs]).
+__device__ float dot8_strided(const float* a, const float* b, int bs, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+#pragma unroll
+    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[(i + l) * bs];
+  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i * bs];
+  return s;
+}
+
+// One warp per compressed row (grid-stride); lane h (mod 32) takes heads h, h+32, ...; the head
+// terms are summed in head order as model::indexer_scores does. The queries sit transposed in
+// shared memory ([dim][n_head]), so the lanes' reads of one query element are consecutive words
+// and the row's elements are one broadcast read per warp.
+__global__ void indexer_scores_kernel(const float* q, const float* w, int n_head, int64_t dim,
+                                      const float* rows, const int64_t* pos, uint32_t ratio,
+                                      float* scores) {
+  extern __shared__ float qt[];
+  for (int64_t k = threadIdx.x; k < n_head * dim; k += blockDim.x) qt[(k % dim) * n_head + k / dim] = q[k];
+  __syncthreads();
+  const int64_t n_rows = (*pos + 1) / ratio;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = blockDim.x / 32;
+  const float scale = 1.0f / sqrtf(static_cast<float>(dim * n_head));
+  for (int64_t c = blockIdx.x * warps + threadIdx.x / 32; c < n_rows; c += gridDim.x * warps) {
+    const float* row = rows + c * dim;
+    float s = 0.0f;
+    for (int h0 = 0; h0 < n_head; h0 += 32) {
+      const int h = h0 + lane;
+      float t = 0.0f;
+      if (h < n_head) t = fmaxf(dot8_strided(row, qt + h, n_head, dim), 0.0f) * (w[h] * scale);
+      const int cnt = n_head - h0 < 32 ? n_head - h0 : 32;
+      for (int k = 0; k < cnt; ++k) s += __shfl_sync(0xffffffffu, t, k);
+    }
+    if (lane == 0) scores[c] = s;
+  }
+}
+
+// Top-k by radix select (model::indexer_select_top_k's order: higher score first, NaN last,
+// lower id on ties; output in ascending id order), one block of kTopKThreads threads.
+// Each score maps to a 32-bit key that orders like the scores (NaN lowest, -0 == +0); four
+// 8-bit histogram passes find the k-th largest key T; the rows with key > T and the first
+// (by id) rows with key == T that complete k are then written in id order: each thread owns a
+// contiguous id range, and exclusive scans of the per-thread counts give its output slots.
+constexpr int kTopKThreads = 1024;
+
+__device__ uint32_t score_key(float v) {
+  if (isnan(v)) return 0u;
+  const uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // -inf -> 0x007fffff > 0
+}
+
+// Exclusive prefix sum of v over the block (blockDim.x == kTopKThreads); *total gets the sum.
+__device__ int64_t block_exclusive_scan(int64_t v, int64_t* total) {
+  __shared__ int64_t warp_sum[kTopKThreads / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
+  int64_t inc = v;
+  for (int off = 1; off < 32; off <<= 1) {
+    const int64_t o = __shfl_up_sync(0xffffffffu, inc, off);
+    if (lane >= off) inc += o;
+  }
+  if (lane == 31) warp_sum[warp] = inc;
+  __syncthreads();
+  if (warp == 0) {
+    int64_t w = warp_sum[lane];
+    for (int off = 1; off < 32; off <<= 1) {
+      const int64_t o = __shfl_up_sync(0xffffffffu, w, off);
+      if (lane >= off) w += o;
+    }
+    warp_sum[lane] = w;  // inclusive
+  }
+  __syncthreads();
+  const int64_t before = (warp ? warp_sum[warp - 1] : 0) + inc - v;
+  *total = warp_sum[kTopKThreads / 32 - 1];
+  __syncthreads();
+  return before;
+}
+
+__global__ void top_k_kernel(const float* s, const int64_t* pos, uint32_t ratio, int64_t k, uint32_t* sel) {
+  __shared__ uint32_t hist[256];
+  __shared__ uint32_t s_prefix;
+  __shared__ int64_t s_remaining;
+  const int64_t n = (*pos + 1) / ratio;
+  const int t = threadIdx.x;
+  if (n <= k) {
+    for (int64_t a = t; a < n; a += blockDim.x) sel[a] = static_cast<uint32_t>(a);
+    return;
+  }
+  uint32_t prefix = 0, mask = 0;
+  if (t == 0) s_remaining = k;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = t; i < 256; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (int64_t a = t; a < n; a += blockDim.x) {
+      const uint32_t key = score_key(s[a]);
+      const bool in = (key & mask) == prefix;
+      const uint32_t digit = in ? (key >> shift) & 255u : 256u + (threadIdx.x & 31);
+      // Lanes with the same digit add once (the top digits of nearby scores often coincide).
+      const uint32_t peers = __match_any_sync(__activemask(), digit);
+      if (in && (__ffs(peers) - 1) == (threadIdx.x & 31)) atomicAdd(&hist[digit], __popc(peers));
+    }
+    __syncthreads();
+    if (t == 0) {
+      int64_t rem = s_remaining;
+      int d = 255;
+      for (; d > 0 && hist[d] < rem; --d) rem -= hist[d];
+      s_remaining = rem;
+      s_prefix = prefix | (static_cast<uint32_t>(d) << shift);
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    mask |= 255u << shift;
+  }
+  const uint32_t T = prefix;        // the k-th largest key
+  const int64_t take_eq = s_remaining;  // rows with key == T to take, lowest ids first
+  const int64_t per = (n + blockDim.x - 1) / blockDim.x;
+  const int64_t lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
+  int64_t gt = 0, eq = 0;
+  for (int64_t a = lo; a < hi; ++a) {
+    const uint32_t key = score_key(s[a]);
+    gt += key > T;
+    eq += key == T;
+  }
+  int64_t total;
+  int64_t gt_before = block_exclusive_scan(gt, &total);
+  int64_t eq_before = block_exclusive_scan(eq, &total);
+  for (int64_t a = lo; a < hi; ++a) {
+    const uint32_t key = score_key(s[a]);
+    if (key > T) {
+      sel[gt_before + (eq_before < take_eq ? eq_before : take_eq)] = static_cast<uint32_t>(a);
+      ++gt_before;
+    } else if (key == T) {
+      if (eq_before < take_eq) sel[gt_before + eq_before] = static_cast<uint32_t>(a);
+      ++eq_before;
+    }
+  }
+}
+
+}  // namespace
+
+void compressor_store(const float* kv, const float* score, const float* ape, int64_t width,
+                      uint32_t ratio, const int64_t* pos, float* state_kv, float* state_score) {
+  compressor_store_kernel<<<blocks_for(width), kThreads, 0, stream()>>>(kv, score, ape, width, ratio, pos,
+                                                                        state_kv, state_score);
+}
+
+void compressor_emit(float* state_kv, float* state_score, uint32_t ratio, int64_t d, const float* norm,
+                     float eps, const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,
+                     const int64_t* pos, float* row, float* rows) {
+  compressor_emit_kernel<<<1, kThreads, 0, stream()>>>(state_kv, state_score, ratio, d, norm, eps,
+                                                       rope_table, n_pair, indexer, n_fp8, pos, row, rows);
+}
+
+void indexer_qat(float* x, int n_rows, int64_t dim) {
+  if (n_rows <= 0) return;
+  indexer_qat_kernel<<<n_rows, 128, dim * sizeof(float), stream()>>>(x, dim);
+}
+
+void indexer_scores(const float* q, const float* w, int n_head, int64_t dim, const float* rows,
+                    const int64_t* pos, uint32_t ratio, int64_t max_rows, float* scores) {
+  const size_t smem = static_cast<size_t>(n_head) * dim * sizeof(float);
+  static bool attr_set = false;  // > 48 KiB of dynamic shared memory needs an opt-in (once)
+  if (!attr_set) {
+    cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
+    attr_set = true;
+  }
+  const int64_t blocks = (max_rows + 7) / 8;  // 8 warps (rows) per block at most
+  indexer_scores_kernel<<<static_cast<unsigned>(blocks < 264 ? blocks : 264), kThreads, smem, stream()>>>(
+      q, w, n_head, dim, rows, pos, ratio, scores);
+}
+
+void indexer_top_k(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows, int64_t k,
+                   uint32_t* sel) {
+  (void)max_rows;
+  top_k_kernel<<<1, kTopKThreads, 0, stream()>>>(scores, pos, ratio, k, sel);
+}
+
+}  // namespace ds4::cuda
