@@ -125,6 +125,10 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   mid_ = DeviceArray<float>(U * FF);
   down_ = DeviceArray<float>(U * D);
   sh_down_ = DeviceArray<float>(D);
+  sh_gate_ = DeviceArray<float>(FF);
+  sh_up_ = DeviceArray<float>(FF);
+  sh_mid_ = DeviceArray<float>(FF);
+  branch_act_ = DeviceArray<uint8_t>(dw.max_act_bytes);
   head_pre_ = DeviceArray<float>(nh);
   z_ = DeviceArray<float>(D);
   logits_ = DeviceArray<float>(c.n_vocab);
@@ -140,7 +144,13 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (st == cudaSuccess) st = cudaStreamCreate(&side_);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&join_, cudaEventDisableTiming);
+  if (st == cudaSuccess) st = cudaStreamCreate(&branch_);
+  if (st == cudaSuccess) st = cudaEventCreateWithFlags(&branch_fork_, cudaEventDisableTiming);
+  if (st == cudaSuccess) st = cudaEventCreateWithFlags(&branch_join_, cudaEventDisableTiming);
   if (st != cudaSuccess) {
+    if (branch_fork_) cudaEventDestroy(branch_fork_);
+    if (branch_) cudaStreamDestroy(branch_);
+    if (join_) cudaEventDestroy(join_);
     if (fork_) cudaEventDestroy(fork_);
     if (side_) cudaStreamDestroy(side_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -153,10 +163,10 @@ CudaForward::~CudaForward() {
   for (auto& row : graphs_)
     for (cudaGraphExec_t g : row)
       if (g) cudaGraphExecDestroy(g);
-  if (fork_) cudaEventDestroy(fork_);
-  if (join_) cudaEventDestroy(join_);
-  if (side_) cudaStreamDestroy(side_);
-  if (stream_) cudaStreamDestroy(stream_);
+  for (cudaEvent_t e : {fork_, join_, branch_fork_, branch_join_})
+    if (e) cudaEventDestroy(e);
+  for (cudaStream_t st : {side_, branch_, stream_})
+    if (st) cudaStreamDestroy(st);
 }
 
 void CudaForward::reset() {
@@ -279,8 +289,7 @@ void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
   mark("hc_pre norm+fn matvec");
   // The Sinkhorn iterations (post, comb) are only needed by this sublayer's hc_post: they run on
   // the side stream, beside the sublayer, and hc_post waits for them (join_sinkhorn).
-  check(cudaEventRecord(fork_, stream_), "cudaEventRecord");
-  check(cudaStreamWaitEvent(side_, fork_, 0), "cudaStreamWaitEvent");
+  fork(side_, fork_);
   {
     StreamGuard side(side_);
     hc_sinkhorn(mix_.get(), scale.get(), base.get(), static_cast<int>(c_.n_hc),
@@ -294,6 +303,27 @@ void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
 
 void CudaForward::join_sinkhorn() { check(cudaStreamWaitEvent(stream_, join_, 0), "cudaStreamWaitEvent"); }
 
+void CudaForward::fork(cudaStream_t to, cudaEvent_t ev) {
+  check(cudaEventRecord(ev, stream_), "cudaEventRecord");
+  check(cudaStreamWaitEvent(to, ev, 0), "cudaStreamWaitEvent");
+}
+
+void CudaForward::begin_branch() {
+  if (prof_) return;  // profiled steps stay on one stream: one time per operation
+  fork(branch_, branch_fork_);
+  launch_stream() = branch_;
+}
+
+void CudaForward::end_branch() {
+  if (prof_) return;
+  check(cudaEventRecord(branch_join_, branch_), "cudaEventRecord");
+  launch_stream() = stream_;
+}
+
+void CudaForward::join_branch() {
+  if (!prof_) check(cudaStreamWaitEvent(stream_, branch_join_, 0), "cudaStreamWaitEvent");
+}
+
 // Compressor projection + push (model::Compressor::push, spec §3.4.5/§3.4.7): store, then on
 // emit the pooled row is normed, rotated at its first position, quantized, rounded to f16 and
 // appended (compressor_emit, a no-op at other positions).
@@ -303,7 +333,7 @@ void CudaForward::push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w
                                   DeviceArray<float>& state_score, DeviceArray<float>& rows) {
   const int64_t d = indexer ? c_.indexer_head_dim : c_.head_dim;
   const int64_t width = (r == 4 ? 2 : 1) * d;
-  pair(op(kv_w, h_.get(), ck_.get()), op(gate_w, h_.get(), cs_.get()));
+  pair(op(kv_w, h_.get(), ck_.get(), branch_act_.get()), op(gate_w, h_.get(), cs_.get(), branch_act_.get()));
   mark(indexer ? "indexer compressor matvecs" : "compressor matvecs");
   compressor_store(ck_.get(), cs_.get(), ape.get(), width, r, pos_.get(), state_kv.get(), state_score.get());
   compressor_emit(state_kv.get(), state_score.get(), r, d, norm.get(), c_.rms_eps, rope_comp_.get(), n_pair_,
@@ -321,6 +351,18 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   const int64_t* pos = pos_.get();
 
   hc_pre(L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, L.attn_norm);  // h_ = attn_norm(sub_in)
+  // Compressor and indexer compressor (spec §3.4.5, §3.4.7) read only h_ and their own state:
+  // they run on the branch stream beside the query/KV path; the indexer scores and the
+  // attention, which read the rows they emit, wait for them (join_branch).
+  if (ratio) {
+    begin_branch();
+    push_compressor(L.comp_kv, L.comp_gate, L.comp_ape, L.comp_norm, false, ratio, kv.comp_kv,
+                    kv.comp_score, kv.comp);
+    if (ratio == 4)
+      push_compressor(L.idx_comp_kv, L.idx_comp_gate, L.idx_comp_ape, L.idx_comp_norm, true, ratio,
+                      kv.index_kv, kv.index_score, kv.index);
+    end_branch();
+  }
   // Query low-rank input and KV row (spec §3.4.1-2) from the same input, one launch.
   pair(op(L.attn_q_a, h_.get(), qr_.get()), op(L.attn_kv, h_.get(), kv_row_.get()));
   mark("attn_q_a+kv matvecs");
@@ -334,13 +376,6 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   norm_rope(kv_row_.get(), L.attn_kv_a_norm.get(), HD, 1, c_.rms_eps, rope, n_pair_, pos, c_.nope_dim(),
             kv.raw.get(), raw_cap_);
   mark("kv norm+rope+store");
-  // Compressor and indexer (spec §3.4.5, §3.4.7).
-  if (ratio)
-    push_compressor(L.comp_kv, L.comp_gate, L.comp_ape, L.comp_norm, false, ratio, kv.comp_kv,
-                    kv.comp_score, kv.comp);
-  if (ratio == 4)
-    push_compressor(L.idx_comp_kv, L.idx_comp_gate, L.idx_comp_ape, L.idx_comp_norm, true, ratio,
-                    kv.index_kv, kv.index_score, kv.index);
   // Rows attended: window + compressed rows, or window + top_k selected rows (ratio 4, once the
   // layer has more than top_k rows).
   const uint32_t* sel = nullptr;
@@ -355,6 +390,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     rope_tail(iq_.get(), IH, ID, rope, n_pair_, pos, false);
     indexer_qat(iq_.get(), IH, ID);
     mark("indexer rope+qat");
+    join_branch();  // the indexer rows, this position's included
     const int64_t max_idx = ctx_ / 4 + 2;
     indexer_scores(iq_.get(), iw_.get(), IH, ID, kv.index.get(), pos, 4, max_idx, scores_.get());
     mark("indexer scores");
@@ -362,6 +398,8 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     mark("indexer top-k");
     sel = top_k_.get();
     n_sel = c_.indexer_top_k;
+  } else if (ratio) {
+    join_branch();  // the compressed rows, this position's included
   }
   sink_attention(q_.get(), L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos,
                  kv.comp.get(), ratio, sel, n_sel, max_rows, att_scratch_.get(), attn_.get());
@@ -388,6 +426,17 @@ void CudaForward::ffn_layer(uint32_t il) {
   const float clamp = c_.swiglu_clamp_of(il);
 
   hc_pre(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm);  // h_ = ffn_norm(sub_in)
+  // Shared expert on the branch stream (its own buffers), beside the router and routed experts.
+  begin_branch();
+  pair(op(L.ffn_gate_shexp, h_.get(), sh_gate_.get(), branch_act_.get()),
+       op(L.ffn_up_shexp, h_.get(), sh_up_.get(), branch_act_.get()));
+  mark("shexp gate+up matvecs");
+  swiglu(sh_gate_.get(), sh_up_.get(), 1, FF, clamp, nullptr, sh_mid_.get());
+  mark("swiglu");
+  matvec(L.ffn_down_shexp, 0, L.ffn_down_shexp.rows, 0, nullptr, 1, sh_mid_.get(), 0, sh_down_.get(), 0,
+         branch_act_.get());
+  mark("shexp down matvec");
+  end_branch();
   // Router (spec §3.5); expert ids stay on the device.
   mv(L.ffn_gate_inp, h_.get(), router_logits_.get());
   mark("router matvec");
@@ -418,13 +467,6 @@ void CudaForward::ffn_layer(uint32_t il) {
   mark("swiglu");
   matvec(L.ffn_down_exps, 0, D, D, ids, U, mid_.get(), FF, down_.get(), D, act_.get());
   mark("ffn_down_exps matvec");
-  // Shared expert, then y = (routed outputs in ascending expert id) + shared.
-  pair(op(L.ffn_gate_shexp, h_.get(), gate_.get()), op(L.ffn_up_shexp, h_.get(), up_.get()));
-  mark("shexp gate+up matvecs");
-  swiglu(gate_.get(), up_.get(), 1, FF, clamp, nullptr, mid_.get());
-  mark("swiglu");
-  mv(L.ffn_down_shexp, mid_.get(), sh_down_.get());
-  mark("shexp down matvec");
   // Expert parallelism: each slot's output row is computed by exactly one rank and is zero on
   // the others, so summing the rows over ranks reproduces every value exactly (x + 0 = x), and
   // the combine below runs in the single-device order on every rank: bit-identical results.
@@ -433,6 +475,7 @@ void CudaForward::ffn_layer(uint32_t il) {
     mark("expert all-reduce");
   }
   join_sinkhorn();
+  join_branch();  // y = (routed outputs in ascending expert id) + shared
   moe_combine_hc_post(down_.get(), order_.get(), U, D, sh_down_.get(), x_.get(), post_.get(), comb_.get(),
                       static_cast<int>(c_.n_hc), x_next_.get());
   mark("moe combine+hc_post");

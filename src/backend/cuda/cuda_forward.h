@@ -71,7 +71,11 @@ class CudaForward {
   void hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale, const DeviceArray<float>& base,
               const DeviceArray<float>& norm);
   void hc_norm_mv(const DevMatrix& fn, float* out);
-  void join_sinkhorn();  // stream_ waits for the side stream's post/comb (before hc_post)  // out = fn · rms_norm_unweighted(x_)
+  void join_sinkhorn();  // stream_ waits for the side stream's post/comb (before hc_post)
+  void fork(cudaStream_t to, cudaEvent_t ev);  // `to` waits for the work queued on stream_ so far
+  void begin_branch();  // launches go to branch_ (after the work queued on stream_ so far)
+  void end_branch();    // launches go back to stream_
+  void join_branch();   // stream_ waits for the branch's work  // out = fn · rms_norm_unweighted(x_)
   void attention_layer(uint32_t il, bool indexer_on);
   void ffn_layer(uint32_t il);
   void push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w, const DeviceArray<float>& ape,
@@ -85,13 +89,13 @@ class CudaForward {
     matvec(w, 0, w.rows, 0, nullptr, 1, x, 0, y, 0, act_.get());
   }
   // A whole-matrix matvec as one job of matvec_pair (quantized input in act_).
-  MatvecOp op(const DevMatrix& w, const float* x, float* y) {
+  MatvecOp op(const DevMatrix& w, const float* x, float* y, uint8_t* act = nullptr) {
     MatvecOp o;
     o.w = &w;
     o.n_rows = w.rows;
     o.x = x;
     o.y = y;
-    o.act = act_.get();
+    o.act = act ? act : act_.get();
     return o;
   }
   void pair(const MatvecOp& a, const MatvecOp& b) { matvec_pair(a, b); }
@@ -107,6 +111,11 @@ class CudaForward {
   cudaStream_t stream_ = nullptr;
   cudaStream_t side_ = nullptr;                          // the HC Sinkhorn runs here, beside the sublayer
   cudaEvent_t fork_ = nullptr, join_ = nullptr;          // stream_ -> side_ and back (graph-capturable)
+  // Branch stream: work that reads only h_ and its own buffers (the compressors, the shared
+  // expert) runs beside the main path and is joined where its results are read. Off while
+  // profiling (every operation then has its own time on stream_).
+  cudaStream_t branch_ = nullptr;
+  cudaEvent_t branch_fork_ = nullptr, branch_join_ = nullptr;
   cudaGraphExec_t graphs_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};  // [indexer_on][logits]
   std::vector<DevLayerKv> kv_;
   DeviceArray<float> rope_dense_, rope_comp_;  // [ctx][cos n_pair, sin n_pair]
@@ -115,6 +124,8 @@ class CudaForward {
   DeviceArray<float> x_, x_next_, flat_, mix_, pre_, post_, comb_, sub_in_, h_, y_, qr_, q_,
       kv_row_, ck_, cs_, iq_, iw_, attn_, low_, router_logits_, probs_, sel_w_, gate_, up_, mid_,
       down_, sh_down_, head_pre_, z_, logits_, row_, scores_, att_scratch_;
+  DeviceArray<float> sh_gate_, sh_up_, sh_mid_;  // the shared expert's own buffers (branch stream)
+  DeviceArray<uint8_t> branch_act_;              // quantized inputs of branch-stream matvecs
   std::optional<ExpertShard> shard_;
   DeviceArray<int32_t> local_sel_;  // shard-local expert ids (-1: another rank's expert)
   DeviceArray<int32_t> sel_, order_, tokens_;  // tokens_: the id at each position (ctx)
