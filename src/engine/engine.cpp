@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "engine/gpu_plan.h"
+#include "engine/progress.h"
 #ifdef DS4_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/expert_parallel.h"
@@ -36,13 +37,22 @@ std::unique_ptr<tok::Tokenizer> Engine::open_tokenizer(const std::string& path) 
 #ifdef DS4_HAVE_CUDA
 namespace {
 
+/// The single-device CUDA backend, with a progress bar over the layers while the weights upload
+/// (drawn only on a terminal).
+std::unique_ptr<Backend> open_one_gpu(const Engine& e, int device) {
+  ProgressBar bar("upload to GPU (layers)", e.config().n_layer);
+  auto b = cuda::make_cuda_backend(e.config(), e.weights(),
+                                   {.device = device, .progress = [&](uint64_t done, uint64_t) { bar.update(done); }});
+  bar.finish();
+  return b;
+}
+
 /// The CUDA backend for `devices`: one device without a plan when nothing asks for one; else
 /// the plan (budgets given or each device's free memory less 1 GiB), printed, then one device
 /// or expert parallelism over the devices the plan uses.
 std::unique_ptr<Backend> open_cuda(const Engine& e, const EngineOptions& o, const std::vector<int>& devices,
                                    const std::optional<std::vector<uint64_t>>& budgets) {
-  if (devices.size() == 1 && o.gpu_vram.empty())
-    return cuda::make_cuda_backend(e.config(), e.weights(), {.device = devices[0]});
+  if (devices.size() == 1 && o.gpu_vram.empty()) return open_one_gpu(e, devices[0]);
   std::vector<uint64_t> room;
   if (budgets) {
     room = *budgets;
@@ -69,7 +79,7 @@ std::unique_ptr<Backend> open_cuda(const Engine& e, const EngineOptions& o, cons
     used.push_back(d.device);
     ranges.emplace_back(d.expert_begin, d.expert_end);
   }
-  if (used.size() == 1) return cuda::make_cuda_backend(e.config(), e.weights(), {.device = used[0]});
+  if (used.size() == 1) return open_one_gpu(e, used[0]);
   return cuda::make_expert_parallel_backend(e.config(), e.weights(), used, ranges);
 }
 

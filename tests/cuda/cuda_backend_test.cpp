@@ -350,6 +350,19 @@ TEST_F(CudaVsCpu, GraphReplayEqualsKernelByKernelLaunches) {
   }
 }
 
+// The weight upload reports progress once per layer, in order, ending at the layer count (what
+// ds4's "upload to GPU" progress bar draws).
+TEST_F(CudaVsCpu, UploadReportsProgressPerLayer) {
+  open("q2");
+  if (IsSkipped()) return;
+  std::vector<std::pair<uint64_t, uint64_t>> calls;
+  auto b = cuda::make_cuda_backend(engine_->config(), engine_->weights(),
+                                   {.device = 0, .progress = [&](uint64_t d, uint64_t t) { calls.emplace_back(d, t); }});
+  const uint64_t n = engine_->config().n_layer;
+  ASSERT_EQ(calls.size(), n);
+  for (uint64_t i = 0; i < n; ++i) EXPECT_EQ(calls[i], std::make_pair(i + 1, n));
+}
+
 // DS4_CUDA_PROFILE=1 (the per-operation step profile): the same logits as graph replay, and a
 // report on stderr when the session ends that names the step's operations and counts the steps.
 TEST_F(CudaVsCpu, StepProfileKeepsResultsAndReportsEveryOperation) {

@@ -48,8 +48,9 @@ class CudaSession final : public BackendSession {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const model::Config& c, const model::Weights& w, int device)
-      : c_(c), device_(device), dw_((CudaSession::select(device), c), w) {}
+  CudaBackend(const model::Config& c, const model::Weights& w, int device,
+              const std::function<void(uint64_t, uint64_t)>& progress)
+      : c_(c), device_(device), dw_((CudaSession::select(device), c), w, 0, 0, progress) {}
   CudaBackend(const model::Config& c, model::Recipe recipe, uint64_t seed, int device)
       : c_(c), device_(device), dw_((CudaSession::select(device), c), recipe, seed) {}
   std::string name() const override { return "cuda"; }
@@ -91,7 +92,7 @@ std::unique_ptr<Backend> make_cuda_backend(const model::Config& config,
                                            const model::Weights& weights,
                                            const CudaOptions& options) {
   prepare_device(options.device);
-  return std::make_unique<CudaBackend>(config, weights, options.device);
+  return std::make_unique<CudaBackend>(config, weights, options.device, options.progress);
 }
 
 std::pair<uint64_t, uint64_t> device_memory(int device) {

@@ -6,6 +6,7 @@
 // generated in device memory, and the device copy / matvec bandwidth probes of ds4-bench.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,6 +23,8 @@ namespace ds4::cuda {
 /// Options of the CUDA backend.
 struct CudaOptions {
   int device = 0;  ///< CUDA device ordinal
+  /// Called while the weights upload, after each layer: (layers uploaded, layers in total).
+  std::function<void(uint64_t, uint64_t)> progress = {};
 };
 
 /// Number of usable CUDA devices; 0 when there is no device or no working driver (never throws).

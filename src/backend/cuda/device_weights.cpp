@@ -44,7 +44,7 @@ DeviceArray<float> DeviceWeights::upload(const std::vector<float>& v) {
 }
 
 DeviceWeights::DeviceWeights(const model::Config& c, const model::Weights& w, uint32_t expert_begin,
-                             uint32_t expert_end) {
+                             uint32_t expert_end, const std::function<void(uint64_t, uint64_t)>& progress) {
   if (expert_end == 0) expert_end = c.n_expert;
   if (expert_begin >= expert_end || expert_end > c.n_expert)
     fail("CUDA backend: expert range [{}, {}) is not within the model's {} experts", expert_begin,
@@ -107,6 +107,7 @@ DeviceWeights::DeviceWeights(const model::Config& c, const model::Weights& w, ui
     d.tid2eid = DeviceArray<int32_t>(s.tid2eid.size());
     d.tid2eid.upload(s.tid2eid.data(), s.tid2eid.size());
     bytes += s.tid2eid.size() * sizeof(int32_t);
+    if (progress) progress(il + 1, c.n_layer);
   }
   output_hc_fn = upload(w.output_hc_fn);
   output = upload(w.output);

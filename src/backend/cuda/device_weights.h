@@ -3,6 +3,8 @@
 // or generated in place for a synthetic model (ds4-bench --synthetic, no host copy at all).
 #pragma once
 
+#include <functional>
+
 #include <cstdint>
 #include <vector>
 
@@ -34,8 +36,9 @@ class DeviceWeights {
   /// [expert_begin, expert_end) are uploaded (their rows of ffn_{gate,up,down}_exps, local ids
   /// 0..end-begin-1); expert_end 0 means every expert. Throws ds4::Error for an unsupported
   /// matrix type (naming the tensor), a bad expert range, or when device memory runs out.
+  /// `progress` (optional) is called after each layer with (layers uploaded, n_layer).
   DeviceWeights(const model::Config& c, const model::Weights& w, uint32_t expert_begin = 0,
-                uint32_t expert_end = 0);
+                uint32_t expert_end = 0, const std::function<void(uint64_t, uint64_t)>& progress = {});
 
   /// Generates a synthetic model of config `c` directly in device memory: every tensor of
   /// model::expected_tensors(c) with type model::recipe_type(spec, recipe) and seeded random
