@@ -19,6 +19,14 @@ cudaStream_t stream() { return launch_stream(); }
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
+// Lets `kernel` launch with `bytes` of dynamic shared memory on the current device (an opt-in
+// above 48 KiB; per device, so it is set at every launch: cheap on the host, thread-safe for
+// expert-parallel ranks on several devices, and captured graphs keep the launch's size).
+void allow_dynamic_smem(const void* kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
 // exp and log1p evaluated in f64 and rounded once to f32: the correctly rounded result, which
 // glibc's expf (< 0.502 ulp) also gives in all but rare halfway cases; CUDA's expf (2 ulp) would
 // flip activation quantization codes and discrete top-k choices far more often.

@@ -234,20 +234,11 @@ void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim,
                     float* scratch, float* out) {
   const unsigned groups = static_cast<unsigned>((n_head + kAttHeads - 1) / kAttHeads);
   const size_t smem = static_cast<size_t>(dim) * kAttHeads * sizeof(float);
-  // More than 48 KiB of dynamic shared memory needs an opt-in, per device.
-  if (smem > 48 * 1024)  // head_dim > 1536 only
-    cudaFuncSetAttribute(attn_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  allow_dynamic_smem(reinterpret_cast<const void*>(attn_scores_kernel), smem);
   const dim3 grid(static_cast<unsigned>((max_rows + kAttScoreRows - 1) / kAttScoreRows), groups);
   attn_scores_kernel<<<grid, kAttScoreRows * 8, smem, stream()>>>(q, n_head, dim, raw, raw_cap, n_swa, pos,
                                                                   comp, ratio, sel, n_sel, scratch);
-  static uint64_t combine_set = 0;  // devices whose opt-in is done
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (dev >= 64 || !(combine_set >> dev & 1u)) {
-    cudaFuncSetAttribute(attn_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(kAttCombineSmem));
-    if (dev < 64) combine_set |= uint64_t{1} << dev;
-  }
+  allow_dynamic_smem(reinterpret_cast<const void*>(attn_combine_kernel), kAttCombineSmem);
   const dim3 cgrid(static_cast<unsigned>((dim + kAttDims - 1) / kAttDims), groups);
   attn_combine_kernel<<<cgrid, kAttCombineThreads, kAttCombineSmem, stream()>>>(sinks, n_head, dim, raw, raw_cap, n_swa, pos,
                                                                   comp, ratio, sel, n_sel, scratch, out);

@@ -213,14 +213,10 @@ bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t r
   if (wb == 0 || cols % 16 != 0 || row_bytes != static_cast<size_t>(cols) * wb || smem > 200 * 1024 ||
       reinterpret_cast<uintptr_t>(w) % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 || rows <= 0)
     return false;
-  static bool attr_set = false;  // > 48 KiB of dynamic shared memory needs an opt-in (once)
-  if (!attr_set) {
-    for (const void* f : {reinterpret_cast<const void*>(hc_norm_matvec_kernel<0>),
-                          reinterpret_cast<const void*>(hc_norm_matvec_kernel<1>),
-                          reinterpret_cast<const void*>(hc_norm_matvec_kernel<30>)})
-      cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-    attr_set = true;
-  }
+  const void* k = type == 0   ? reinterpret_cast<const void*>(hc_norm_matvec_kernel<0>)
+                  : type == 1 ? reinterpret_cast<const void*>(hc_norm_matvec_kernel<1>)
+                              : reinterpret_cast<const void*>(hc_norm_matvec_kernel<30>);
+  allow_dynamic_smem(k, smem);
   const unsigned grid = static_cast<unsigned>(rows);
   if (type == 0) hc_norm_matvec_kernel<0><<<grid, 1024, smem, stream()>>>(w, row_bytes, cols, x, eps, y);
   else if (type == 1) hc_norm_matvec_kernel<1><<<grid, 1024, smem, stream()>>>(w, row_bytes, cols, x, eps, y);

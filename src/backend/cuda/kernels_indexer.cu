@@ -279,11 +279,7 @@ void indexer_qat(float* x, int n_rows, int64_t dim) {
 void indexer_scores(const float* q, const float* w, int n_head, int64_t dim, const float* rows,
                     const int64_t* pos, uint32_t ratio, int64_t max_rows, float* scores) {
   const size_t smem = static_cast<size_t>(n_head) * dim * sizeof(float);
-  static bool attr_set = false;  // > 48 KiB of dynamic shared memory needs an opt-in (once)
-  if (!attr_set) {
-    cudaFuncSetAttribute(indexer_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024);
-    attr_set = true;
-  }
+  allow_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_kernel), smem);
   const int64_t blocks = (max_rows + 7) / 8;  // 8 warps (rows) per block at most
   indexer_scores_kernel<<<static_cast<unsigned>(blocks < 264 ? blocks : 264), kThreads, smem, stream()>>>(
       q, w, n_head, dim, rows, pos, ratio, scores);
