@@ -28,7 +28,7 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   app.add_option("--chat-prompt-file", o.chat_prompt_file,
                  "Render FILE as one no-thinking chat user message, then slice that");
   app.add_option("--system", o.system, "System prompt for --chat-prompt-file (-sys also works)");
-  app.add_option("-m,--model", o.model, "GGUF model file (default: the build's tiny model)");
+  app.add_option("-m,--model", o.model, "GGUF model file (default: the build's default model, ds4-nano q2)");
   auto* cpu = app.add_flag_callback("--cpu", [&] { o.backend = "cpu"; }, "Use the CPU backend");
   auto* cuda = app.add_flag_callback("--cuda", [&] { o.backend = "cuda"; }, "Use the CUDA backend");
   cpu->excludes(cuda);
@@ -64,7 +64,8 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   app.add_option("--gpu-devices", gpu_devices,
                  "CUDA devices, e.g. 0,1: --synthetic splits routed experts over them (0,0: two ranks on one GPU)");
   app.add_option("--gpu-vram", gpu_vram,
-                 "GiB of GPU memory to use at most: one cap, or one per --gpu-devices entry (0 or auto: all free)");
+                 "GiB of GPU memory to use at most: one cap, or one per --gpu-devices entry (0 or auto: no cap, "
+                 "all free memory; unlike ds4, where 0 means the CPU)");
   app.add_flag("--fill-state", o.fill_state,
                "Decode-only: start each frontier from a random KV state of that length (no prefill)");
   app.add_flag("--kernel-profile", o.kernel_profile,
@@ -92,12 +93,15 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
     fail("--gpu-vram lists {} caps but {} device{} used (--gpu-devices); give one cap, or one per device",
          o.gpu_vram.size(), n_devices, n_devices == 1 ? " is" : "s are");
   if (!o.gpu_devices.empty() && o.backend != "cuda") fail("--gpu-devices needs the CUDA backend (--cuda)");
+  if (o.kernel_profile && o.backend == "cpu") fail("--kernel-profile times CUDA kernels; it needs --cuda");
+  if (o.fill_state && o.gen_tokens == 0)
+    fail("--fill-state measures decode only; give at least one decode token (-n)");
   if (o.kernel_profile && o.gpu_devices.size() > 1)
     fail("--kernel-profile times one device's matvecs; give at most one --gpu-devices entry");
 
   if (o.synthetic) {
+    synth::parse_synthetic(*o.synthetic);  // throws for an unknown name (checked first: the fix to make)
     if (o.backend != "cuda") fail("--synthetic needs the CUDA backend (--cuda)");
-    synth::parse_synthetic(*o.synthetic);  // throws for an unknown name
     if (!o.model.empty()) fail("--synthetic generates the model; do not give -m");
     if (o.prompt_file || o.chat_prompt_file)
       fail("--synthetic uses seeded random token ids as the prompt; do not give a prompt file");
@@ -111,7 +115,8 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   if (o.prompt_file.has_value() == o.chat_prompt_file.has_value())
     fail("give exactly one of --prompt-file or --chat-prompt-file");
   const std::string& prompt = o.prompt_file ? *o.prompt_file : *o.chat_prompt_file;
-  if (!std::filesystem::is_regular_file(prompt)) fail("prompt file {} does not exist", prompt);
+  if (!std::filesystem::is_regular_file(prompt))
+    fail("prompt file {} {}", prompt, std::filesystem::exists(prompt) ? "is not a regular file" : "does not exist");
   if (o.model.empty()) o.model = default_model;
   if (!std::filesystem::is_regular_file(o.model)) fail("model file {} does not exist", o.model);
   if (o.ctx_start > o.ctx_max)

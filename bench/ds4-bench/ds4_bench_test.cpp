@@ -139,7 +139,12 @@ TEST(Options, RejectsBadInput) {
   expect_rejected({"--prompt-file", kText, "--backend", "metal"}, "--backend");
   expect_rejected({"--prompt-file", kText, "--cpu", "--cuda"}, "--cpu");
   expect_rejected({"--prompt-file", kText, "--bogus"}, "--bogus");
-  expect_rejected({"--prompt-file", kText, "--synthetic", "flash"}, "--synthetic needs the CUDA backend");
+  expect_rejected({"--synthetic", "flash-q2"}, "--synthetic needs the CUDA backend");
+  // The model name is checked before the backend, so a typo is reported first.
+  expect_rejected({"--synthetic", "flash-q9"}, "unknown synthetic model 'flash-q9'");
+  expect_rejected({"--prompt-file", kText, "--cpu", "--kernel-profile"}, "--kernel-profile times CUDA kernels; it needs --cuda");
+  expect_rejected({"--prompt-file", kText, "--fill-state", "-n", "0"}, "--fill-state measures decode only");
+  expect_rejected({"--prompt-file", "/tmp"}, "prompt file /tmp is not a regular file");
   expect_rejected({"--cuda", "--synthetic", "flash"},
                   "unknown synthetic model 'flash' (expected flash-q2, flash-q4 or pro-q2)");
   expect_rejected({"--prompt-file", kText, "--cuda", "--synthetic", "flash-q2"},

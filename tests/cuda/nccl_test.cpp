@@ -4,6 +4,8 @@
 #include "backend/cuda/nccl.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <gmock/gmock.h>
 
 #include <random>
@@ -37,6 +39,18 @@ TEST(Nccl, MissingLibraryIsAClearError) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot load NCCL (/nonexistent/libnccl.so.2)"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("DS4_NCCL_LIBRARY"));
   }
+}
+
+// Loading NCCL turns NVLink multicast off unless the environment already chose (docs/multi-gpu.md).
+TEST(Nccl, LoadDefaultsNvlsOffWithoutOverridingTheUser) {
+  unsetenv("NCCL_NVLS_ENABLE");
+  EXPECT_THROW(NcclApi::load("/nonexistent/libnccl.so.2"), Error);
+  ASSERT_NE(std::getenv("NCCL_NVLS_ENABLE"), nullptr);
+  EXPECT_STREQ(std::getenv("NCCL_NVLS_ENABLE"), "0");
+  setenv("NCCL_NVLS_ENABLE", "1", 1);
+  EXPECT_THROW(NcclApi::load("/nonexistent/libnccl.so.2"), Error);
+  EXPECT_STREQ(std::getenv("NCCL_NVLS_ENABLE"), "1");
+  setenv("NCCL_NVLS_ENABLE", "0", 1);  // the lent machines' requirement, for the tests after this one
 }
 
 std::vector<float> random_values(size_t n, uint32_t seed) {

@@ -25,6 +25,9 @@ void check_nccl(const NcclApi& api, ncclResult_t st, const char* what) {
 NcclApi NcclApi::load(const std::string& path) {
   NcclApi api;
   api.path = path;
+  // NVLink multicast (NVLS) off unless the user chose otherwise: the per-layer all-reduce is a
+  // few KiB, and shared machines may forbid multicast (docs/multi-gpu.md).
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   void* lib = dlopen(api.path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib)
     fail("cannot load NCCL ({}): {}; install NCCL 2 or set DS4_NCCL_LIBRARY to libnccl.so.2 "
