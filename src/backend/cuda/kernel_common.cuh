@@ -33,6 +33,13 @@ void allow_dynamic_smem(const void* kernel, size_t bytes) {
 __device__ float exp_f(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
 __device__ float log1p_f(float x) { return static_cast<float>(log1p(static_cast<double>(x))); }
 
+// 1 / (1 + e^-z) as the CPU units compute it (e^z / (1 + e^z) for negative z, no overflow).
+__device__ float sigmoid_f(float z) {
+  if (z >= 0.0f) return 1.0f / (1.0f + exp_f(-z));
+  const float e = exp_f(z);
+  return e / (1.0f + e);
+}
+
 // model::rms_norm family; one block per row. The f64 sum of squares is a block-wide tree here
 // (the CPU's detail::sum_squares_f64 uses 4 sequential f64 lanes): the two differ by f64
 // rounding only (relative ~1e-16), far below the f32 rounding of mean + eps that follows, so the

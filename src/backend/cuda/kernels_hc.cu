@@ -175,15 +175,7 @@ __global__ void hc_output_kernel(const float* logits, const float* scale, const 
   __shared__ float w[16];
   if (threadIdx.x == 0)
     for (int i = 0; i < n; ++i) {
-      const float v = logits[i] * scale[0] + base[i];
-      float s;
-      if (v >= 0.0f) {
-        s = 1.0f / (1.0f + exp_f(-v));
-      } else {
-        const float e = exp_f(v);
-        s = e / (1.0f + e);
-      }
-      w[i] = s + eps;
+      w[i] = sigmoid_f(logits[i] * scale[0] + base[i]) + eps;
     }
   __syncthreads();
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {

@@ -168,14 +168,7 @@ __global__ void router_kernel(const float* logits, int n, const float* bias, con
 }
 
 __device__ float silu(float z) {
-  float s;
-  if (z >= 0.0f) {
-    s = 1.0f / (1.0f + exp_f(-z));
-  } else {
-    const float e = exp_f(z);
-    s = e / (1.0f + e);
-  }
-  return z * s;
+  return z * sigmoid_f(z);
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int groups, int64_t n,
