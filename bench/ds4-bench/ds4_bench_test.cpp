@@ -507,7 +507,8 @@ TEST_F(Ds4BenchRun, BadInputExitsTwoWithAClearMessage) {
                    "--ctx-start (64) must be <= --ctx-max (32)");
   // Without a GPU (or without nvcc) --cuda fails at open with Engine's "--cuda: ..." message.
   if (!have_gpu()) expect_bad_input("-m " + kModel + base + "--cuda", "--cuda: ");
-  expect_bad_input("-m " + kModel + base + "--synthetic flash", "--synthetic needs the CUDA backend");
+  expect_bad_input("-m " + kModel + base + "--synthetic flash", "unknown synthetic model 'flash'");
+  expect_bad_input("-m " + kModel + base + "--synthetic flash-q2", "--synthetic needs the CUDA backend");
   const auto short_prompt = dir_ / "short.txt";
   std::ofstream(short_prompt) << "Just a few words.";
   expect_bad_input("-m " + kModel + " --prompt-file " + short_prompt.string() +
