@@ -99,17 +99,20 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   if (o.kernel_profile && o.gpu_devices.size() > 1)
     fail("--kernel-profile times one device's matvecs; give at most one --gpu-devices entry");
 
-  if (o.synthetic) {
-    synth::parse_synthetic(*o.synthetic);  // throws for an unknown name (checked first: the fix to make)
-    if (o.backend != "cuda") fail("--synthetic needs the CUDA backend (--cuda)");
-    if (!o.model.empty()) fail("--synthetic generates the model; do not give -m");
-    if (o.prompt_file || o.chat_prompt_file)
-      fail("--synthetic uses seeded random token ids as the prompt; do not give a prompt file");
+  const auto check_frontiers = [&] {
     if (o.ctx_start > o.ctx_max)
       fail("--ctx-start ({}) must be <= --ctx-max ({})", o.ctx_start, o.ctx_max);
     if (o.ctx_alloc != 0 && o.ctx_alloc <= o.ctx_max + o.gen_tokens)
       fail("--ctx-alloc ({}) must be greater than ctx-max + gen-tokens ({})", o.ctx_alloc,
            o.ctx_max + o.gen_tokens);
+  };
+  if (o.synthetic) {
+    synth::parse_synthetic(*o.synthetic);  // throws for an unknown name (checked first: that is the fix to make)
+    if (o.backend != "cuda") fail("--synthetic needs the CUDA backend (--cuda)");
+    if (!o.model.empty()) fail("--synthetic generates the model; do not give -m");
+    if (o.prompt_file || o.chat_prompt_file)
+      fail("--synthetic uses seeded random token ids as the prompt; do not give a prompt file");
+    check_frontiers();
     return o;
   }
   if (o.prompt_file.has_value() == o.chat_prompt_file.has_value())
@@ -119,11 +122,7 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
     fail("prompt file {} {}", prompt, std::filesystem::exists(prompt) ? "is not a regular file" : "does not exist");
   if (o.model.empty()) o.model = default_model;
   if (!std::filesystem::is_regular_file(o.model)) fail("model file {} does not exist", o.model);
-  if (o.ctx_start > o.ctx_max)
-    fail("--ctx-start ({}) must be <= --ctx-max ({})", o.ctx_start, o.ctx_max);
-  if (o.ctx_alloc != 0 && o.ctx_alloc <= o.ctx_max + o.gen_tokens)
-    fail("--ctx-alloc ({}) must be greater than ctx-max + gen-tokens ({})", o.ctx_alloc,
-         o.ctx_max + o.gen_tokens);
+  check_frontiers();
   return o;
 }
 

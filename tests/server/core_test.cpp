@@ -595,20 +595,44 @@ TEST_F(ScriptedServer, ResponsesFunctionCallReplayExactBytes) {
       << gen_->last_prompt_text();
 }
 
+// A Core on a scripted generator behind an HttpServer on a free loopback port (4 threads, 1 MiB
+// body limit unless `o` says otherwise), serving from a thread until the object goes away.
+struct LocalHttpServer {
+  LocalHttpServer(std::unique_ptr<ScriptedGenerator> gen, HttpOptions o, int64_t default_max_tokens = 0)
+      : core(std::move(gen), {}),
+        tokenizer(Engine::open_tokenizer(DS4_BINARY_DIR "/models/ds4-tiny-q2.gguf")),
+        http(core, info_for(tokenizer.get(), default_max_tokens), o) {
+    http.bind();
+    thread = std::thread([this] { http.run(); });
+  }
+  ~LocalHttpServer() {
+    core.shutdown();
+    http.stop();
+    thread.join();
+  }
+  static HttpOptions options() {
+    return {.host = "127.0.0.1", .port = 0, .cors = false, .api_key = "", .max_body_bytes = 1u << 20, .threads = 4};
+  }
+  static ServerInfo info_for(const tok::Tokenizer* t, int64_t default_max_tokens) {
+    ServerInfo info;
+    info.tokenizer = t;
+    info.ctx = 4096;
+    if (default_max_tokens > 0) info.default_max_tokens = default_max_tokens;
+    return info;
+  }
+  Core core;
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  HttpServer http;
+  std::thread thread;
+};
+
 // A non-streamed request whose client goes away is cancelled: the worker is free again long
 // before the generation could have ended (the scripted generator never stops by itself).
 TEST(HttpServerTest, NonStreamDisconnectCancelsTheJob) {
-  auto gen = std::make_unique<ScriptedGenerator>(std::vector<std::string>{"x"}, int64_t{1} << 40, false);
-  Core core(std::move(gen), {});
-  auto tokenizer = Engine::open_tokenizer(DS4_BINARY_DIR "/models/ds4-tiny-q2.gguf");
-  ServerInfo info;
-  info.tokenizer = tokenizer.get();
-  info.ctx = 4096;
-  info.default_max_tokens = int64_t{1} << 40;
-  HttpServer http(core, info, {.host = "127.0.0.1", .port = 0, .cors = false, .api_key = "",
-                               .max_body_bytes = 1u << 20, .threads = 4});
-  http.bind();
-  std::thread server([&] { http.run(); });
+  LocalHttpServer srv(std::make_unique<ScriptedGenerator>(std::vector<std::string>{"x"}, int64_t{1} << 40, false),
+                      LocalHttpServer::options(), int64_t{1} << 40);
+  Core& core = srv.core;
+  HttpServer& http = srv.http;
   const std::string body = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1000000000000})";
   {
     httplib::Client c("127.0.0.1", http.port());
@@ -623,24 +647,14 @@ TEST(HttpServerTest, NonStreamDisconnectCancelsTheJob) {
   EXPECT_FALSE(core.stats().busy);
   EXPECT_LT(freed, 2.0);  // polled every 100 ms
   EXPECT_EQ(core.stats().jobs_failed, 1u);
-  core.shutdown();
-  http.stop();
-  server.join();
 }
 
 // A chunked upload larger than the body limit is refused after at most the limit was read: the
 // sender is cut off long before it sent everything.
 TEST(HttpServerTest, ChunkedBodyBoundedByTheLimit) {
-  auto gen = std::make_unique<ScriptedGenerator>(std::vector<std::string>{"x"}, 4096);
-  Core core(std::move(gen), {});
-  auto tokenizer = Engine::open_tokenizer(DS4_BINARY_DIR "/models/ds4-tiny-q2.gguf");
-  ServerInfo info;
-  info.tokenizer = tokenizer.get();
-  info.ctx = 4096;
-  HttpServer http(core, info, {.host = "127.0.0.1", .port = 0, .cors = false, .api_key = "",
-                               .max_body_bytes = 1u << 20, .threads = 4});
-  http.bind();
-  std::thread server([&] { http.run(); });
+  LocalHttpServer srv(std::make_unique<ScriptedGenerator>(std::vector<std::string>{"x"}, 4096),
+                      LocalHttpServer::options());
+  HttpServer& http = srv.http;
   const std::string block(64 << 10, ' ');
   size_t sent = 0;
   constexpr size_t kTotal = size_t{256} << 20;  // 256 MiB offered
@@ -678,24 +692,15 @@ TEST(HttpServerTest, ChunkedBodyBoundedByTheLimit) {
       "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
-  core.shutdown();
-  http.stop();
-  server.join();
 }
 
 // A client that trickles its request (headers or body never complete) is dropped by the socket
 // receive deadline (failure-modes item 13); the server keeps serving others meanwhile.
 TEST(HttpServerTest, SlowClientsAreCutOffByTheDeadline) {
-  auto gen = std::make_unique<ScriptedGenerator>(std::vector<std::string>{"x"}, 4096);
-  Core core(std::move(gen), {});
-  auto tokenizer = Engine::open_tokenizer(DS4_BINARY_DIR "/models/ds4-tiny-q2.gguf");
-  ServerInfo info;
-  info.tokenizer = tokenizer.get();
-  info.ctx = 4096;
-  HttpServer http(core, info, {.host = "127.0.0.1", .port = 0, .cors = false, .api_key = "",
-                               .max_body_bytes = 1u << 20, .threads = 4, .io_timeout_s = 1});
-  http.bind();
-  std::thread server([&] { http.run(); });
+  HttpOptions o = LocalHttpServer::options();
+  o.io_timeout_s = 1;
+  LocalHttpServer srv(std::make_unique<ScriptedGenerator>(std::vector<std::string>{"x"}, 4096), o);
+  HttpServer& http = srv.http;
   auto seconds_until_closed = [&](const std::string& partial) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -722,9 +727,6 @@ TEST(HttpServerTest, SlowClientsAreCutOffByTheDeadline) {
   EXPECT_LT(body, 5.0);
   httplib::Client c("127.0.0.1", http.port());
   EXPECT_EQ(c.Get("/health")->status, 200);
-  core.shutdown();
-  http.stop();
-  server.join();
 }
 
 // §3.3: inside a tool block, structural tokens are sampled greedily and payload tokens with the

@@ -542,29 +542,28 @@ void launch_jobs(uint32_t type, const MatvecJobs& jobs, int n_jobs, int groups) 
   }
 }
 
+// One matvec (nothing for an empty job).
+void run_single(const MatvecOp& op) {
+  if (op.n_rows <= 0 || op.groups <= 0) return;
+  MatvecJobs jobs{};
+  jobs.job[0] = prepare(op);
+  launch_jobs(op.w->type, jobs, 1, op.groups);
+}
+
 }  // namespace
 
 void matvec(const DevMatrix& w, int64_t row0, int64_t n_rows, int64_t group_rows,
             const int32_t* ids, int groups, const float* x, int64_t x_stride, float* y,
             int64_t y_stride, uint8_t* act_scratch) {
-  if (n_rows <= 0 || groups <= 0) return;
-  MatvecOp op{&w, row0, n_rows, group_rows, ids, groups, x, x_stride, y, y_stride, act_scratch, false};
-  MatvecJobs jobs{};
-  jobs.job[0] = prepare(op);
-  launch_jobs(w.type, jobs, 1, groups);
+  run_single(MatvecOp{&w, row0, n_rows, group_rows, ids, groups, x, x_stride, y, y_stride, act_scratch, false});
 }
 
 void matvec_pair(const MatvecOp& a, const MatvecOp& b) {
-  if (a.w->type != b.w->type || a.groups != b.groups) {
-    matvec(*a.w, a.row0, a.n_rows, a.group_rows, a.ids, a.groups, a.x, a.x_stride, a.y, a.y_stride, a.act);
-    matvec(*b.w, b.row0, b.n_rows, b.group_rows, b.ids, b.groups, b.x, b.x_stride, b.y, b.y_stride, b.act);
-    return;
-  }
   // The same input in the same format is quantized once; different inputs need two buffers.
   const bool shared = a.x == b.x && a.x_stride == b.x_stride && a.w->cols == b.w->cols && !b.act_ready;
-  if (!shared && act_of(a.w->type) != Act::F32 && a.act == b.act) {
-    matvec(*a.w, a.row0, a.n_rows, a.group_rows, a.ids, a.groups, a.x, a.x_stride, a.y, a.y_stride, a.act);
-    matvec(*b.w, b.row0, b.n_rows, b.group_rows, b.ids, b.groups, b.x, b.x_stride, b.y, b.y_stride, b.act);
+  if (a.w->type != b.w->type || a.groups != b.groups || (!shared && act_of(a.w->type) != Act::F32 && a.act == b.act)) {
+    run_single(a);
+    run_single(b);
     return;
   }
   MatvecJobs jobs{};
