@@ -22,16 +22,38 @@ void select(int device) { check(cudaSetDevice(device), "cudaSetDevice"); }
 /// NCCL all-reduce, one communicator per rank (distinct devices).
 class NcclReducer final : public ExpertReducer {
  public:
-  explicit NcclReducer(std::vector<int> devices) : group_(std::move(devices)) {}
+  /// `n` = the f32 count of the decode step's reduction (n_expert_used x n_embd).
+  NcclReducer(std::vector<int> devices, size_t n) : group_(std::move(devices)) { warm_up(n); }
   void all_reduce(int rank, float* y, size_t n, cudaStream_t stream) override {
     group_.all_reduce_sum_rank(rank, y, n, stream);
   }
-  // One rank captures fine. With several devices, capturing each rank's step (one thread per
-  // rank, ThreadLocal capture) made ncclAllReduce fail with "internal error" on 2 H200s
-  // (NCCL 2.28, 2026-11-29), and the same steps without graphs are exact: no graphs then.
-  bool graph_safe() const override { return group_.size() == 1; }
+  // Captured decode steps are safe once the communicators are connected (warm_up): NCCL sets
+  // up peer connections lazily at the first collective, and that set-up cannot run inside a
+  // capture (the first 2-GPU attempt, capturing the very first all-reduce, failed with NCCL's
+  // "internal error").
+  bool graph_safe() const override { return true; }
 
  private:
+  // One uncaptured all-reduce of the decode step's size on every device, driven from this
+  // thread as one NCCL group, so the connections the step uses exist before any capture.
+  void warm_up(size_t n) {
+    const int ranks = group_.size();
+    std::vector<DeviceArray<float>> bufs(static_cast<size_t>(ranks));
+    std::vector<float*> ptrs;
+    std::vector<cudaStream_t> streams(static_cast<size_t>(ranks), nullptr);
+    for (int r = 0; r < ranks; ++r) {
+      select(group_.device(r));
+      bufs[r] = DeviceArray<float>(n);
+      ptrs.push_back(bufs[r].get());
+      check(cudaStreamCreateWithFlags(&streams[r], cudaStreamNonBlocking), "cudaStreamCreate");
+    }
+    group_.all_reduce_sum(ptrs, n, streams);
+    for (int r = 0; r < ranks; ++r) {
+      select(group_.device(r));
+      check(cudaStreamSynchronize(streams[r]), "NCCL warm-up");
+      cudaStreamDestroy(streams[r]);
+    }
+  }
   NcclGroup group_;
 };
 
@@ -157,7 +179,7 @@ class ExpertParallelBackend final : public Backend {
       reducer_ = std::make_unique<SameDeviceReducer>(devices[0], static_cast<int>(devices.size()),
                                                      size_t{c.n_expert_used} * c.n_embd);
     else
-      reducer_ = std::make_unique<NcclReducer>(devices);
+      reducer_ = std::make_unique<NcclReducer>(devices, size_t{c.n_expert_used} * c.n_embd);
     ranks_.resize(devices.size());
     for (size_t r = 0; r < devices.size(); ++r) {
       Rank& k = ranks_[r];
