@@ -11,12 +11,14 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/kernels.h"
 #include "common/f16.h"
+#include "common/ggml_type.h"
 #include "model/attention.h"
 #include "model/indexer.h"
 #include "model/kv_quant.h"
@@ -128,6 +130,74 @@ TEST_F(CudaKernels, HcNormMatvecEqualsNormThenVecDot) {
   }
   // Types it does not handle are declined, not computed.
   EXPECT_FALSE(cuda::hc_norm_matvec(static_cast<uint32_t>(GgmlType::Q8_0), nullptr, 34, 1, 32, nullptr, 1e-6f, nullptr));
+}
+
+// The grouped matvec against quant::matvec (the CPU reference, bit for bit) for every weight
+// type, through each path of the kernel: short rows several per warp, long rows streamed in
+// chunks with the activation resident in shared memory, activations too large to stay resident
+// (the chunked kernel), rows whose size is not a multiple of 16 bytes, expert groups selected by
+// ids (a negative id gives zeros) and a paired launch sharing one quantized input.
+TEST_F(CudaKernels, MatvecMatchesCpuForEveryTypeAndPath) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,  GgmlType::Q8_0,
+                            GgmlType::MXFP4, GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::IQ2_XXS};
+  struct Shape { int64_t rows, cols; };
+  for (const GgmlType type : types) {
+    const int64_t blk = ggml_type_info(static_cast<uint32_t>(type))->block_elems;
+    std::vector<Shape> shapes = {{37, 256}, {70, 4096}, {9, 16384}};
+    if (blk == 32 || blk == 1) shapes.push_back({45, 96});  // 96-value rows: not 16-byte multiples
+    for (const Shape sh : shapes) {
+      SCOPED_TRACE(std::string(ggml_type_info(static_cast<uint32_t>(type))->name) + " cols " +
+                   std::to_string(sh.cols));
+      const int groups = 3;  // 4 experts of sh.rows rows each; groups read experts 2, none, 0
+      const int64_t experts = 4;
+      const size_t rb = quant::row_bytes(type, sh.cols);
+      std::vector<uint8_t> w(rb * static_cast<size_t>(sh.rows * experts));
+      std::vector<float> row(static_cast<size_t>(sh.cols));
+      for (int64_t r = 0; r < sh.rows * experts; ++r) {
+        for (float& v : row) v = 0.05f * nd(rng);
+        quant::quantize_row(type, row.data(), &w[static_cast<size_t>(r) * rb], sh.cols);
+      }
+      std::vector<float> x(static_cast<size_t>(sh.cols * groups));
+      for (float& v : x) v = 2.0f * nd(rng);
+      const std::vector<int32_t> ids = {2, -1, 0};
+      std::vector<float> want(static_cast<size_t>(sh.rows * groups), 0.0f);
+      for (int g = 0; g < groups; ++g)
+        if (ids[g] >= 0)
+          quant::matvec(type, &w[static_cast<size_t>(ids[g] * sh.rows) * rb], sh.rows, sh.cols,
+                        &x[static_cast<size_t>(g * sh.cols)], &want[static_cast<size_t>(g * sh.rows)]);
+
+      cuda::DeviceArray<uint8_t> dw(w.size());
+      dw.upload(w.data(), w.size());
+      const cuda::DevMatrix m{static_cast<uint32_t>(type), dw.get(), sh.cols, sh.rows * experts, rb};
+      cuda::DeviceArray<float> dx(x.size()), dy(want.size()), dy2(static_cast<size_t>(sh.rows));
+      dx.upload(x.data(), x.size());
+      cuda::DeviceArray<int32_t> dids(ids.size());
+      dids.upload(ids.data(), ids.size());
+      const size_t ab = cuda::act_row_bytes(static_cast<uint32_t>(type), sh.cols);
+      cuda::DeviceArray<uint8_t> act(ab * groups + 16), act2(ab + 16);
+      // Per-group inputs, experts picked by ids.
+      cuda::matvec(m, 0, sh.rows, sh.rows, dids.get(), groups, dx.get(), sh.cols, dy.get(), sh.rows, act.get());
+      cuda::check(cudaDeviceSynchronize(), "matvec");
+      std::vector<float> got(want.size());
+      dy.download(got.data(), got.size());
+      EXPECT_EQ(got, want);
+      // A pair sharing group 0's input: expert 2's rows and expert 0's first rows - 5.
+      const int64_t short_rows = sh.rows - 5;
+      cuda::MatvecOp a{&m, 2 * sh.rows, sh.rows, 0, nullptr, 1, dx.get(), 0, dy.get(), 0, act.get(), false};
+      cuda::MatvecOp b{&m, 0, short_rows, 0, nullptr, 1, dx.get(), 0, dy2.get(), 0, act2.get(), false};
+      cuda::matvec_pair(a, b);
+      cuda::check(cudaDeviceSynchronize(), "matvec_pair");
+      std::vector<float> pa(static_cast<size_t>(sh.rows)), pb(static_cast<size_t>(short_rows));
+      dy.download(pa.data(), pa.size());
+      dy2.download(pb.data(), pb.size());
+      std::vector<float> want_b(static_cast<size_t>(short_rows));
+      quant::matvec(type, w.data(), short_rows, sh.cols, x.data(), want_b.data());
+      EXPECT_EQ(pa, std::vector<float>(want.begin(), want.begin() + sh.rows));
+      EXPECT_EQ(pb, want_b);
+    }
+  }
 }
 
 // Router selection (spec §3.5) with many exact ties and a NaN logit, with and without bias, against

@@ -74,7 +74,7 @@ void prepare_device(int device) {
   if (n == 0) fail("--cuda: no CUDA device is available (no GPU or no working NVIDIA driver)");
   if (device < 0 || device >= n) fail("--cuda: device {} does not exist ({} device(s) present)", device, n);
   CudaSession::select(device);
-  if (!upload_quant_tables(quant::kIq2xxs.grid, quant::kIq2xxs.signs, quant::kMxfp4.doubled,
+  if (!upload_quant_tables(quant::kIq2xxs.grid, quant::kMxfp4.doubled,
                            quant::kMxfp4.half_scale))
     fail("CUDA backend: cannot upload the quantization tables to the device");
 }

@@ -7,6 +7,9 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <utility>
+
+#include <cuda_runtime.h>
 
 #include "backend/cuda/launch_stream.h"
 
@@ -18,6 +21,38 @@ constexpr int kThreads = 256;
 cudaStream_t stream() { return launch_stream(); }
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+// Programmatic dependent launch (see pdl_enabled). Every kernel launched by launch_k calls
+// pdl_wait() before it reads or writes any buffer another kernel touches (only constant
+// weights may be read before it), and pdl_trigger() so the next kernel may be scheduled early.
+// Both are no-ops before sm_90 and when the kernel was launched without the attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// Launches `kernel` on the launch stream, with programmatic stream serialization when
+// pdl_enabled(). Launch errors surface at the next check of cudaGetLastError (as <<<>>>).
+template <typename... Params, typename... Args>
+void launch_k(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = launch_stream();
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
 
 // Lets `kernel` launch with `bytes` of dynamic shared memory on the current device (an opt-in
 // above 48 KiB; per device, so it is set at every launch: cheap on the host, thread-safe for

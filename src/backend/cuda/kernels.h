@@ -24,10 +24,11 @@ struct DevMatrix {
   explicit operator bool() const { return data != nullptr; }
 };
 
-/// Copies the IQ2_XXS grid/sign tables and the MXFP4 tables (host arrays) to constant memory.
-/// Returns false when the copy failed.
-bool upload_quant_tables(const uint64_t* iq2_grid, const uint8_t* iq2_signs,
-                         const int8_t* mxfp4_doubled, const float* mxfp4_half_scale);
+/// Copies the IQ2_XXS grid and the MXFP4 tables (host arrays) to device memory. The IQ2_XXS
+/// sign masks are computed in the kernels from their parity rule (quant::kIq2xxs.signs, checked
+/// by tests/quant/tables_test.cpp). Returns false when the copy failed.
+bool upload_quant_tables(const uint64_t* iq2_grid, const int8_t* mxfp4_doubled,
+                         const float* mxfp4_half_scale);
 
 /// Bytes of one quantized activation row of `cols` values for weights of `type`
 /// (quant::act_row_bytes(quant::activation_type(type), cols)).

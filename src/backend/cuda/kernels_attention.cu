@@ -51,6 +51,8 @@ constexpr int kAttCombineThreads = kAttHeads * 32 + 32;  // 8 output warps + 1 d
 __global__ void attn_scores_kernel(const float* q, int n_head, int64_t dim, const float* raw,
                                    int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
                                    uint32_t ratio, const uint32_t* sel, int64_t n_sel, float* scratch) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float4 qs4[];  // [dim][kAttHeads] floats
   float* qs = reinterpret_cast<float*>(qs4);
   const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
@@ -132,6 +134,8 @@ __global__ void __launch_bounds__(kAttCombineThreads, 1)
 attn_combine_kernel(const float* sinks, int n_head, int64_t dim, const float* raw, int64_t raw_cap,
                     int64_t n_swa, const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
                     int64_t n_sel, const float* scratch, float* out) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float4 smem4[];
   float* vs = reinterpret_cast<float*>(smem4);
   float* ps = vs + kAttChunk * kAttDims;
@@ -236,11 +240,11 @@ void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim,
   const size_t smem = static_cast<size_t>(dim) * kAttHeads * sizeof(float);
   allow_dynamic_smem(reinterpret_cast<const void*>(attn_scores_kernel), smem);
   const dim3 grid(static_cast<unsigned>((max_rows + kAttScoreRows - 1) / kAttScoreRows), groups);
-  attn_scores_kernel<<<grid, kAttScoreRows * 8, smem, stream()>>>(q, n_head, dim, raw, raw_cap, n_swa, pos,
+  launch_k(attn_scores_kernel, grid, kAttScoreRows * 8, smem, q, n_head, dim, raw, raw_cap, n_swa, pos,
                                                                   comp, ratio, sel, n_sel, scratch);
   allow_dynamic_smem(reinterpret_cast<const void*>(attn_combine_kernel), kAttCombineSmem);
   const dim3 cgrid(static_cast<unsigned>((dim + kAttDims - 1) / kAttDims), groups);
-  attn_combine_kernel<<<cgrid, kAttCombineThreads, kAttCombineSmem, stream()>>>(sinks, n_head, dim, raw, raw_cap, n_swa, pos,
+  launch_k(attn_combine_kernel, cgrid, kAttCombineThreads, kAttCombineSmem, sinks, n_head, dim, raw, raw_cap, n_swa, pos,
                                                                   comp, ratio, sel, n_sel, scratch, out);
 }
 

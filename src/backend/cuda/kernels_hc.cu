@@ -20,6 +20,8 @@ constexpr int kMaxHc = 5;  // hyper-connection streams: the Sinkhorn matrix fits
 // or column sum gathers its n entries by shuffles and adds them in the CPU's order.
 __global__ void hc_sinkhorn_kernel(const float* mix, const float* scale, const float* base, int n, int iters,
                                    float eps, float* post, float* comb) {
+  pdl_wait();
+  pdl_trigger();
   constexpr unsigned kAll = 0xffffffffu;
   const int t = threadIdx.x;
   if (t < n) {
@@ -58,6 +60,8 @@ __global__ void hc_sinkhorn_kernel(const float* mix, const float* scale, const f
 __global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, const float* scale, const float* base,
                                                       int n, float eps, const float* x, int64_t d, float* pre,
                                                       float* sub_in, const float* norm_w, float norm_eps, float* h) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float s_pre[kMaxHc];
   const int t = threadIdx.x;
   if (t < n) {
@@ -125,6 +129,8 @@ __device__ float load_float_w(const uint8_t* w, int64_t i) {
 template <uint32_t kType>
 __global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_t cols, const float* x,
                                       float eps, float* y) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ __align__(16) uint8_t hc_smem[];
   float* v = reinterpret_cast<float*>(hc_smem);  // x, then the products w[i] * (x[i] * s)
   uint8_t* wrow = hc_smem + cols * 4;
@@ -161,6 +167,8 @@ __global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_
 
 __global__ void hc_post_kernel(const float* y, const float* x, const float* post,
                                const float* comb, int n, int64_t d, float* out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (k >= n * d) return;
   const int c = static_cast<int>(k / d);
@@ -172,6 +180,8 @@ __global__ void hc_post_kernel(const float* y, const float* x, const float* post
 
 __global__ void hc_output_kernel(const float* logits, const float* scale, const float* base,
                                  int n, float eps, const float* x, int64_t d, float* z) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float w[16];
   if (threadIdx.x == 0)
     for (int i = 0; i < n; ++i) {
@@ -190,12 +200,12 @@ __global__ void hc_output_kernel(const float* logits, const float* scale, const 
 void hc_pre_weights(const float* mix, const float* scale, const float* base, int n_hc, float eps,
                     const float* x, int64_t d, float* pre, float* sub_in, const float* norm_w, float norm_eps,
                     float* h) {
-  hc_pre_kernel<<<1, 1024, 0, stream()>>>(mix, scale, base, n_hc, eps, x, d, pre, sub_in, norm_w, norm_eps, h);
+  launch_k(hc_pre_kernel, 1, 1024, 0, mix, scale, base, n_hc, eps, x, d, pre, sub_in, norm_w, norm_eps, h);
 }
 
 void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc, int iters, float eps,
                  float* post, float* comb) {
-  hc_sinkhorn_kernel<<<1, 32, 0, stream()>>>(mix, scale, base, n_hc, iters, eps, post, comb);
+  launch_k(hc_sinkhorn_kernel, 1, 32, 0, mix, scale, base, n_hc, iters, eps, post, comb);
 }
 
 bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
@@ -210,20 +220,20 @@ bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t r
                               : reinterpret_cast<const void*>(hc_norm_matvec_kernel<30>);
   allow_dynamic_smem(k, smem);
   const unsigned grid = static_cast<unsigned>(rows);
-  if (type == 0) hc_norm_matvec_kernel<0><<<grid, 1024, smem, stream()>>>(w, row_bytes, cols, x, eps, y);
-  else if (type == 1) hc_norm_matvec_kernel<1><<<grid, 1024, smem, stream()>>>(w, row_bytes, cols, x, eps, y);
-  else hc_norm_matvec_kernel<30><<<grid, 1024, smem, stream()>>>(w, row_bytes, cols, x, eps, y);
+  if (type == 0) launch_k(hc_norm_matvec_kernel<0>, grid, 1024, smem, w, row_bytes, cols, x, eps, y);
+  else if (type == 1) launch_k(hc_norm_matvec_kernel<1>, grid, 1024, smem, w, row_bytes, cols, x, eps, y);
+  else launch_k(hc_norm_matvec_kernel<30>, grid, 1024, smem, w, row_bytes, cols, x, eps, y);
   return true;
 }
 
 void hc_post(const float* y, const float* x, const float* post, const float* comb, int n_hc,
              int64_t d, float* out) {
-  hc_post_kernel<<<blocks_for(n_hc * d), kThreads, 0, stream()>>>(y, x, post, comb, n_hc, d, out);
+  launch_k(hc_post_kernel, blocks_for(n_hc * d), kThreads, 0, y, x, post, comb, n_hc, d, out);
 }
 
 void hc_output(const float* logits, const float* scale, const float* base, int n_hc, float eps,
                const float* x, int64_t d, float* z) {
-  hc_output_kernel<<<1, kThreads, 0, stream()>>>(logits, scale, base, n_hc, eps, x, d, z);
+  launch_k(hc_output_kernel, 1, kThreads, 0, logits, scale, base, n_hc, eps, x, d, z);
 }
 
 }  // namespace ds4::cuda

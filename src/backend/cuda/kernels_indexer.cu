@@ -15,6 +15,8 @@ namespace {
 
 // One block per row, the row staged in shared memory (dim floats).
 __global__ void indexer_qat_kernel(float* x, int64_t dim) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float qat_smem[];
   float* row = x + blockIdx.x * dim;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) qat_smem[i] = row[i];
@@ -26,6 +28,8 @@ __global__ void indexer_qat_kernel(float* x, int64_t dim) {
 __global__ void compressor_store_kernel(const float* kv, const float* score, const float* ape,
                                         int64_t width, uint32_t ratio, const int64_t* pos,
                                         float* state_kv, float* state_score) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= width) return;
   const int64_t p = *pos;
@@ -79,6 +83,8 @@ __global__ void compressor_emit_kernel(float* kv, float* sc, uint32_t ratio, int
                                        const float* norm, float eps, const float* rope_table,
                                        int n_pair, bool indexer, int64_t n_fp8, const int64_t* pos,
                                        float* row, float* rows) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t p = *pos;
   if ((p + 1) % ratio != 0) return;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) row[j] = pool_value(kv, sc, ratio, d, j);
@@ -135,6 +141,8 @@ __device__ float dot8_strided(const float* a, const float* b, int bs, int64_t n)
 __global__ void indexer_scores_kernel(const float* q, const float* w, int n_head, int64_t dim,
                                       const float* rows, const int64_t* pos, uint32_t ratio,
                                       float* scores) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float qt[];
   for (int64_t k = threadIdx.x; k < n_head * dim; k += blockDim.x) qt[(k % dim) * n_head + k / dim] = q[k];
   __syncthreads();
@@ -197,6 +205,8 @@ __device__ int64_t block_exclusive_scan(int64_t v, int64_t* total) {
 }
 
 __global__ void top_k_kernel(const float* s, const int64_t* pos, uint32_t ratio, int64_t k, uint32_t* sel) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ uint32_t hist[256];
   __shared__ uint32_t s_prefix;
   __shared__ int64_t s_remaining;
@@ -260,20 +270,20 @@ __global__ void top_k_kernel(const float* s, const int64_t* pos, uint32_t ratio,
 
 void compressor_store(const float* kv, const float* score, const float* ape, int64_t width,
                       uint32_t ratio, const int64_t* pos, float* state_kv, float* state_score) {
-  compressor_store_kernel<<<blocks_for(width), kThreads, 0, stream()>>>(kv, score, ape, width, ratio, pos,
+  launch_k(compressor_store_kernel, blocks_for(width), kThreads, 0, kv, score, ape, width, ratio, pos,
                                                                         state_kv, state_score);
 }
 
 void compressor_emit(float* state_kv, float* state_score, uint32_t ratio, int64_t d, const float* norm,
                      float eps, const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,
                      const int64_t* pos, float* row, float* rows) {
-  compressor_emit_kernel<<<1, kThreads, 0, stream()>>>(state_kv, state_score, ratio, d, norm, eps,
+  launch_k(compressor_emit_kernel, 1, kThreads, 0, state_kv, state_score, ratio, d, norm, eps,
                                                        rope_table, n_pair, indexer, n_fp8, pos, row, rows);
 }
 
 void indexer_qat(float* x, int n_rows, int64_t dim) {
   if (n_rows <= 0) return;
-  indexer_qat_kernel<<<n_rows, 128, dim * sizeof(float), stream()>>>(x, dim);
+  launch_k(indexer_qat_kernel, n_rows, 128, dim * sizeof(float), x, dim);
 }
 
 void indexer_scores(const float* q, const float* w, int n_head, int64_t dim, const float* rows,
@@ -281,14 +291,14 @@ void indexer_scores(const float* q, const float* w, int n_head, int64_t dim, con
   const size_t smem = static_cast<size_t>(n_head) * dim * sizeof(float);
   allow_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_kernel), smem);
   const int64_t blocks = (max_rows + 7) / 8;  // 8 warps (rows) per block at most
-  indexer_scores_kernel<<<static_cast<unsigned>(blocks < 264 ? blocks : 264), kThreads, smem, stream()>>>(
+  launch_k(indexer_scores_kernel, static_cast<unsigned>(std::min<int64_t>(blocks, 264)), kThreads, smem, 
       q, w, n_head, dim, rows, pos, ratio, scores);
 }
 
 void indexer_top_k(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows, int64_t k,
                    uint32_t* sel) {
   (void)max_rows;
-  top_k_kernel<<<1, kTopKThreads, 0, stream()>>>(scores, pos, ratio, k, sel);
+  launch_k(top_k_kernel, 1, kTopKThreads, 0, scores, pos, ratio, k, sel);
 }
 
 }  // namespace ds4::cuda

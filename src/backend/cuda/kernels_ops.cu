@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/kernel_common.cuh"
@@ -16,6 +18,8 @@ namespace ds4::cuda {
 namespace {
 
 __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int64_t dim, float eps) {
+  pdl_wait();
+  pdl_trigger();
   block_rms_norm_row(x + blockIdx.x * dim, w, out + blockIdx.x * dim, dim, eps);
 }
 
@@ -23,6 +27,8 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int6
 // streams (model::hc_from_embedding). Types: F32, F16, BF16, Q8_0.
 __global__ void embed_kernel(const uint8_t* table, uint32_t type, size_t row_bytes, const int32_t* tokens,
                              const int64_t* pos, int n_hc, int64_t d, float* x) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= d) return;
   const uint8_t* row = table + static_cast<size_t>(tokens[*pos]) * row_bytes;
@@ -43,6 +49,8 @@ __global__ void embed_kernel(const uint8_t* table, uint32_t type, size_t row_byt
 
 __global__ void rope_kernel(float* x, int n_heads, int64_t head_dim, const float* table, int n_pair,
                             const int64_t* pos, float sign) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (k >= static_cast<int64_t>(n_heads) * n_pair) return;
   const int64_t h = k / n_pair;
@@ -55,6 +63,8 @@ __global__ void rope_kernel(float* x, int n_heads, int64_t head_dim, const float
 // raw_cap). Stages are separated by barriers and run the CPU units' operations.
 __global__ void norm_rope_kernel(float* x, const float* w, int64_t dim, float eps, const float* table,
                                  int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap) {
+  pdl_wait();
+  pdl_trigger();
   float* row = x + blockIdx.x * dim;
   block_rms_norm_row(row, w, row, dim, eps);
   __syncthreads();
@@ -94,6 +104,8 @@ __device__ bool router_before(float sa, int ia, float sb, int ib) {
 __global__ void router_kernel(const float* logits, int n, const float* bias, const int32_t* tid2eid,
                               const int32_t* tokens, const int64_t* pos, int k, float scale, float* p_out,
                               int32_t* sel, float* weights, int32_t* order) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float router_smem[];
   __shared__ float w_s[32];
   __shared__ int w_i[32];
@@ -173,6 +185,8 @@ __device__ float silu(float z) {
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int groups, int64_t n,
                               float clamp, const float* w, float* out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (k >= groups * n) return;
   float g = gate[k], u = up[k];
@@ -189,6 +203,8 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int groups, in
 __global__ void moe_combine_hc_post_kernel(const float* down, const int32_t* order, int n_used, int64_t d,
                                            const float* shared, const float* x, const float* post,
                                            const float* comb, int n, float* out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (k >= n * d) return;
   const int c = static_cast<int>(k / d);
@@ -202,11 +218,15 @@ __global__ void moe_combine_hc_post_kernel(const float* down, const int32_t* ord
 }
 
 __global__ void localize_experts_kernel(const int32_t* sel, int n_used, int begin, int end, int32_t* local) {
+  pdl_wait();
+  pdl_trigger();
   const int s = threadIdx.x;
   if (s < n_used) local[s] = sel[s] >= begin && sel[s] < end ? sel[s] - begin : -1;
 }
 
 __global__ void sum_slots_kernel(const float* slots, int n_slots, int64_t n, float* y) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= n) return;
   float m = slots[j];
@@ -223,54 +243,68 @@ __global__ void sleep_kernel(int64_t us) {
 void device_sleep(int64_t us) { sleep_kernel<<<1, 1, 0, stream()>>>(us); }
 
 void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int n_rows, float eps) {
-  rms_norm_kernel<<<n_rows, kThreads, 0, stream()>>>(x, weight, out, dim, eps);
+  launch_k(rms_norm_kernel, n_rows, kThreads, 0, x, weight, out, dim, eps);
 }
 
 void rope_tail(float* x, int n_heads, int64_t head_dim, const float* table, int n_pair,
                const int64_t* pos, bool inverse) {
-  rope_kernel<<<blocks_for(static_cast<int64_t>(n_heads) * n_pair), kThreads, 0, stream()>>>(
+  launch_k(rope_kernel, blocks_for(static_cast<int64_t>(n_heads) * n_pair), kThreads, 0, 
       x, n_heads, head_dim, table, n_pair, pos, inverse ? -1.0f : 1.0f);
 }
 
 void embed(const uint8_t* table, uint32_t type, size_t row_bytes, const int32_t* tokens,
            const int64_t* pos, int n_hc, int64_t d, float* x) {
-  embed_kernel<<<blocks_for(d), kThreads, 0, stream()>>>(table, type, row_bytes, tokens, pos, n_hc, d, x);
+  launch_k(embed_kernel, blocks_for(d), kThreads, 0, table, type, row_bytes, tokens, pos, n_hc, d, x);
 }
 
 void router(const float* logits, int n_expert, const float* bias, const int32_t* tid2eid,
             const int32_t* tokens, const int64_t* pos, int n_used, float scale, float* probs,
             int32_t* sel, float* weights, int32_t* order) {
-  router_kernel<<<1, kThreads, 2 * n_expert * sizeof(float) + n_expert, stream()>>>(
+  launch_k(router_kernel, 1, kThreads, 2 * n_expert * sizeof(float) + n_expert, 
       logits, n_expert, bias, tid2eid, tokens, pos, n_used, scale, probs, sel, weights, order);
 }
 
 void swiglu(const float* gate, const float* up, int groups, int64_t n, float clamp, const float* w,
             float* out) {
-  swiglu_kernel<<<blocks_for(groups * n), kThreads, 0, stream()>>>(gate, up, groups, n, clamp, w, out);
+  launch_k(swiglu_kernel, blocks_for(groups * n), kThreads, 0, gate, up, groups, n, clamp, w, out);
 }
 
 void norm_rope(float* x, const float* weight, int64_t dim, int n_rows, float eps, const float* table,
                int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap) {
-  norm_rope_kernel<<<n_rows, kThreads, 0, stream()>>>(x, weight, dim, eps, table, n_pair, pos, n_fp8, raw, raw_cap);
+  launch_k(norm_rope_kernel, n_rows, kThreads, 0, x, weight, dim, eps, table, n_pair, pos, n_fp8, raw, raw_cap);
 }
 
 void moe_combine_hc_post(const float* down, const int32_t* order, int n_used, int64_t d, const float* shared,
                          const float* x, const float* post, const float* comb, int n_hc, float* out) {
-  moe_combine_hc_post_kernel<<<blocks_for(n_hc * d), kThreads, 0, stream()>>>(down, order, n_used, d, shared, x,
+  launch_k(moe_combine_hc_post_kernel, blocks_for(n_hc * d), kThreads, 0, down, order, n_used, d, shared, x,
                                                                              post, comb, n_hc, out);
 }
 
 void localize_experts(const int32_t* sel, int n_used, int begin, int end, int32_t* local) {
-  localize_experts_kernel<<<1, 32, 0, stream()>>>(sel, n_used, begin, end, local);
+  launch_k(localize_experts_kernel, 1, 32, 0, sel, n_used, begin, end, local);
 }
 
 void sum_slots(const float* slots, int n_slots, int64_t n, float* y) {
-  sum_slots_kernel<<<blocks_for(n), kThreads, 0, stream()>>>(slots, n_slots, n, y);
+  launch_k(sum_slots_kernel, blocks_for(n), kThreads, 0, slots, n_slots, n, y);
 }
 
 cudaStream_t& launch_stream() {
   static thread_local cudaStream_t s = nullptr;
   return s;
+}
+
+bool pdl_enabled() {
+  static const bool off = [] {
+    const char* e = std::getenv("DS4_CUDA_PDL");
+    const char* p = std::getenv("DS4_CUDA_PROFILE");
+    return (e && std::strcmp(e, "0") == 0) || (p && *p && std::strcmp(p, "0") != 0);
+  }();
+  if (off) return false;
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  return major >= 9;
 }
 
 }  // namespace ds4::cuda

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cuda/async_copy.cuh"
+#include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch_stream.h"
 
@@ -31,9 +32,8 @@ static_assert(sizeof(BQ8_0) == 34 && sizeof(BQ8_0Act) == 36 && sizeof(BQ2_K) == 
               sizeof(BQ8_K) == 292);
 
 // Lookup tables in global memory (read through L1): divergent per-lane indices would serialise
-// in constant memory. The matvec copies the IQ2_XXS ones into shared memory per block.
+// in constant memory. The matvec copies the IQ2_XXS grid into shared memory per block.
 __device__ uint64_t c_iq2_grid[256];
-__device__ uint8_t c_iq2_signs[128];
 __device__ int8_t c_mx_doubled[16];
 __device__ float c_mx_half[256];
 
@@ -55,6 +55,8 @@ __device__ float warp_max(float v) {
 // |x| does not depend on the order it is taken in, so the result is the reference's exactly.
 __global__ void quant_q8_0_kernel(const float* x, int64_t x_stride, int64_t cols, int rows,
                                   uint8_t* act, size_t act_bytes) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t nb = cols / 32;
   const int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
@@ -79,6 +81,8 @@ __global__ void quant_q8_0_kernel(const float* x, int64_t x_stride, int64_t cols
 // takes the largest |x| and, among equal ones, the lowest index.
 __global__ void quant_q8_k_kernel(const float* x, int64_t x_stride, int64_t cols, int rows,
                                   uint8_t* act, size_t act_bytes) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t nb = cols / 256;
   const int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
@@ -159,7 +163,6 @@ __device__ int ld32(const uint8_t* p) { return *reinterpret_cast<const int*>(p);
 
 struct Tables {
   uint64_t grid[256];
-  uint8_t signs[128];
 };
 
 template <uint32_t T>
@@ -233,7 +236,10 @@ __device__ void k_part(const uint8_t* wb, const uint8_t* yb, int part, const Tab
     int sumi = 0;
     for (int g = 0; g < 4; ++g) {
       const uint64_t grid = tab.grid[(a0 >> (8 * g)) & 0xff];
-      const uint32_t signs = tab.signs[(a1 >> (7 * g)) & 127];
+      // ksigns_iq2xs[s] = s | parity(s) << 7 (an even number of minus signs per 8 values):
+      // computed, not looked up, to spare the shared-memory pipe the matvec is bound by.
+      const uint32_t s7 = (a1 >> (7 * g)) & 127;
+      const uint32_t signs = s7 | ((__popc(s7) & 1u) << 7);
       for (int h = 0; h < 2; ++h) {
         const uint32_t m4 = (signs >> (4 * h)) & 15;
         const uint32_t mask = ((m4 * 0x00204081u) & 0x01010101u) * 0xffu;
@@ -387,7 +393,9 @@ struct MatvecJobs {
 // a.rpw rows per warp: with rpw > 1 (short rows, the whole row is one chunk) the warp stages
 // its rows together, so more bytes are in flight per warp.
 template <uint32_t T, bool kVec>
-__global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_kernel(MatvecJobs jobs) {
+__global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_chunked_kernel(MatvecJobs jobs) {
+  pdl_wait();
+  pdl_trigger();
   static_assert(ActFmt<T>::kSlice <= kActSliceMax, "activation slice exceeds its buffer");
   __shared__ __align__(16) uint8_t stage[kMvWarps][kMvChunk];
   __shared__ __align__(16) uint8_t xs[kActSliceMax];
@@ -396,7 +404,6 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_kernel(MatvecJobs job
   if (static_cast<int64_t>(blockIdx.x) * kMvWarps * a.rpw >= a.n_rows) return;  // uniform: whole block
   if constexpr (T == kIQ2_XXS) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) tab.grid[i] = c_iq2_grid[i];
-    for (int i = threadIdx.x; i < 128; i += blockDim.x) tab.signs[i] = c_iq2_signs[i];
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int64_t r0 = (static_cast<int64_t>(blockIdx.x) * kMvWarps + warp) * a.rpw;
@@ -452,9 +459,135 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_kernel(MatvecJobs job
   if (lane == 0) a.y[g * a.y_stride + r0] = out;
 }
 
+// ---- the streaming matvec (activations resident in shared memory) ---------------------------
+//
+// When a job's whole activation row fits kActResident bytes (every projection of the Flash and
+// Pro shapes except the plain-path HC matvec) the block loads it once, and each warp then streams
+// its rows on its own: a persistent loop over row slots (one wave of blocks, slot = rpw rows),
+// each slot cut into chunks of Stream<T>::kBlocks weight blocks, double-buffered with cp.async so
+// the next chunk (also across slots) is in flight while the current one is summed. No block
+// barrier inside the loop. The dots are dot_chunk/dot_finish as above (chunks start on multiples
+// of 16 blocks), so the results are the chunked kernel's bit for bit.
+
+constexpr int kStreamBuf = 2304;      // bytes per pipeline buffer: 16 Q4_K blocks
+constexpr int kActResident = 16384;   // activation bytes a block keeps resident
+
+template <uint32_t T>
+struct Stream {
+  static constexpr int kFit = (kStreamBuf / Fmt<T>::kBytes) / 16 * 16;
+  static constexpr int kBlocks = kFit > 16 ? kFit : 16;
+  static_assert(kBlocks * Fmt<T>::kBytes <= kStreamBuf, "a stream chunk exceeds its buffer");
+};
+
+constexpr size_t kStreamSmem = size_t{kMvWarps} * 2 * kStreamBuf + kActResident;
+
+template <uint32_t T, bool kVec>
+__global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJobs jobs) {
+  pdl_trigger();
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ Tables tab;
+  const MatvecArgs a = blockIdx.z ? jobs.job[1] : jobs.job[0];
+  const int64_t n_slots = (a.n_rows + a.rpw - 1) / a.rpw;
+  if (static_cast<int64_t>(blockIdx.x) * kMvWarps >= n_slots) return;  // uniform: whole block
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int g = blockIdx.y;
+  const int64_t warps_total = static_cast<int64_t>(gridDim.x) * kMvWarps;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kMvWarps + warp;
+  // Weights are constant: without expert ids (written by the router) the first chunk is fetched
+  // while the previous kernel may still run (PDL); everything else waits for it.
+  const bool early = a.ids == nullptr;
+  if (!early) pdl_wait();
+  if (a.ids && a.ids[g] < 0) {  // a group this device does not hold (expert parallelism): zeros
+    for (int64_t s = first; s < n_slots; s += warps_total)
+      for (int64_t r = s * a.rpw + lane; r < a.n_rows && r < (s + 1) * a.rpw; r += 32)
+        a.y[g * a.y_stride + r] = 0.0f;
+    return;
+  }
+  constexpr int CB = Stream<T>::kBlocks;
+  constexpr int kBytes = Fmt<T>::kBytes;
+  constexpr int kAct = ActFmt<T>::kBytes;
+  uint8_t* xs = smem + size_t{kMvWarps} * 2 * kStreamBuf;
+  uint8_t* buf = smem + static_cast<size_t>(warp) * 2 * kStreamBuf;
+  const int64_t nblk = a.cols / Fmt<T>::kVals;
+  const int64_t base = a.row0 + static_cast<int64_t>(a.ids ? a.ids[g] : g) * a.group_rows;
+  const uint8_t* w0 = a.w + static_cast<size_t>(base) * a.row_bytes;
+  // Unit u = chunk (u mod nch) of this warp's slot number (u / nch).
+  const int nch = a.rpw == 1 ? static_cast<int>((nblk + CB - 1) / CB) : 1;
+  auto slot_of = [&](int64_t u) { return first + (u / nch) * warps_total; };
+  auto issue = [&](int64_t u) {  // every lane commits one group per unit, empty or not
+    const int64_t s = slot_of(u);
+    if (s < n_slots) {
+      uint8_t* dst = buf + (u & 1) * kStreamBuf;
+      if (a.rpw == 1) {
+        const int64_t c0 = (u % nch) * CB;
+        const int nb = static_cast<int>(nblk - c0 < CB ? nblk - c0 : CB);
+        stage_bytes<kVec>(w0 + static_cast<size_t>(s) * a.row_bytes + c0 * kBytes, nb * kBytes, dst, lane);
+      } else {
+        const int64_t r0 = s * a.rpw;
+        const int n_mine = static_cast<int>(a.n_rows - r0 < a.rpw ? a.n_rows - r0 : a.rpw);
+        stage_bytes<kVec>(w0 + static_cast<size_t>(r0) * a.row_bytes, n_mine * static_cast<int>(a.row_bytes),
+                          dst, lane);
+      }
+    }
+    cp_async_commit();
+  };
+  if (early) {
+    issue(0);
+    pdl_wait();
+  }
+  if constexpr (T == kIQ2_XXS)
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) tab.grid[i] = c_iq2_grid[i];
+  {  // the whole activation row, 4-byte words
+    const int n4 = static_cast<int>(nblk * kAct / 4);
+    const auto* x4 = reinterpret_cast<const int*>(a.act + g * a.act_stride);
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) cp_async4(reinterpret_cast<int*>(xs) + i, x4 + i);
+    cp_async_commit();
+  }
+  if (!early) issue(0);
+  cp_async_wait_group<0>();  // the activation and the first chunk have landed
+  __syncthreads();
+  float acc = 0.0f;
+  for (int64_t u = 0; slot_of(u) < n_slots; ++u) {
+    issue(u + 1);  // into the other buffer, consumed at u - 1 (the __syncwarp below)
+    cp_async_wait_group<1>();
+    __syncwarp();
+    const uint8_t* sm = buf + (u & 1) * kStreamBuf;
+    const int64_t s = slot_of(u);
+    if (a.rpw == 1) {
+      const int64_t c0 = (u % nch) * CB;
+      const int nb = static_cast<int>(nblk - c0 < CB ? nblk - c0 : CB);
+      acc = dot_chunk<T>(sm, xs + c0 * kAct, nb, lane, tab, acc);
+      if (u % nch == nch - 1) {
+        const float out = dot_finish<T>(acc);
+        if (lane == 0) a.y[g * a.y_stride + s] = out;
+        acc = 0.0f;
+      }
+    } else {
+      const int64_t r0 = s * a.rpw;
+      const int n_mine = static_cast<int>(a.n_rows - r0 < a.rpw ? a.n_rows - r0 : a.rpw);
+      for (int k = 0; k < n_mine; ++k) {
+        const float v = dot_finish<T>(dot_chunk<T>(sm + k * a.row_bytes, xs, static_cast<int>(nblk), lane, tab, 0.0f));
+        if (lane == 0) a.y[g * a.y_stride + r0 + k] = v;
+      }
+    }
+    __syncwarp();
+  }
+  cp_async_wait_group<0>();
+}
+
+int sm_count() {
+  int dev = 0, n = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+  return n > 0 ? n : 1;
+}
+
 template <uint32_t T>
 void launch_matvec(MatvecJobs jobs, int n_jobs, int groups) {
-  const int64_t chunk_bytes = static_cast<int64_t>(Chunk<T>::kBlocks) * Fmt<T>::kBytes;
+  const int64_t nblk_max = std::max(jobs.job[0].cols, n_jobs > 1 ? jobs.job[1].cols : 0) / Fmt<T>::kVals;
+  const bool resident = nblk_max * ActFmt<T>::kBytes <= kActResident;
+  const int64_t chunk_bytes = resident ? int64_t{Stream<T>::kBlocks} * Fmt<T>::kBytes
+                                       : int64_t{Chunk<T>::kBlocks} * Fmt<T>::kBytes;
   int64_t blocks = 0;
   bool vec = true;
   for (int j = 0; j < n_jobs; ++j) {
@@ -466,9 +599,20 @@ void launch_matvec(MatvecJobs jobs, int n_jobs, int groups) {
     blocks = std::max(blocks, (a.n_rows + per_block - 1) / per_block);
     vec = vec && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.row_bytes % 16 == 0;
   }
+  if (resident) {  // one wave: 4 blocks per SM over all groups and jobs
+    const int64_t wave = std::max<int64_t>(1, int64_t{4} * sm_count() / (int64_t{groups} * n_jobs));
+    blocks = std::min(blocks, wave);
+  }
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(groups), static_cast<unsigned>(n_jobs));
-  if (vec) matvec_kernel<T, true><<<grid, kMvWarps * 32, 0, launch_stream()>>>(jobs);
-  else matvec_kernel<T, false><<<grid, kMvWarps * 32, 0, launch_stream()>>>(jobs);
+  if (resident) {
+    auto k = vec ? matvec_stream_kernel<T, true> : matvec_stream_kernel<T, false>;
+    allow_dynamic_smem(reinterpret_cast<const void*>(k), kStreamSmem);
+    launch_k(k, grid, kMvWarps * 32, kStreamSmem, jobs);
+  } else if (vec) {
+    launch_k(matvec_chunked_kernel<T, true>, grid, kMvWarps * 32, 0, jobs);
+  } else {
+    launch_k(matvec_chunked_kernel<T, false>, grid, kMvWarps * 32, 0, jobs);
+  }
 }
 
 enum class Act { F32, Q8_0, Q8_K, Bad };
@@ -484,10 +628,9 @@ Act act_of(uint32_t type) {
 
 }  // namespace
 
-bool upload_quant_tables(const uint64_t* iq2_grid, const uint8_t* iq2_signs,
-                         const int8_t* mxfp4_doubled, const float* mxfp4_half_scale) {
+bool upload_quant_tables(const uint64_t* iq2_grid, const int8_t* mxfp4_doubled,
+                         const float* mxfp4_half_scale) {
   return cudaMemcpyToSymbol(c_iq2_grid, iq2_grid, sizeof(c_iq2_grid)) == cudaSuccess &&
-         cudaMemcpyToSymbol(c_iq2_signs, iq2_signs, sizeof(c_iq2_signs)) == cudaSuccess &&
          cudaMemcpyToSymbol(c_mx_doubled, mxfp4_doubled, sizeof(c_mx_doubled)) == cudaSuccess &&
          cudaMemcpyToSymbol(c_mx_half, mxfp4_half_scale, sizeof(c_mx_half)) == cudaSuccess;
 }
@@ -522,9 +665,9 @@ MatvecArgs prepare(const MatvecOp& op) {
   const int64_t blocks = (at == Act::Q8_0 ? w.cols / 32 : w.cols / 256) * q_rows;
   const unsigned nblk = static_cast<unsigned>((blocks + 3) / 4);  // 4 warps of 32, one per block
   if (at == Act::Q8_0)
-    quant_q8_0_kernel<<<nblk, 128, 0, launch_stream()>>>(op.x, op.x_stride, w.cols, q_rows, op.act, ab);
+    launch_k(quant_q8_0_kernel, nblk, 128, 0, op.x, op.x_stride, w.cols, q_rows, op.act, ab);
   else
-    quant_q8_k_kernel<<<nblk, 128, 0, launch_stream()>>>(op.x, op.x_stride, w.cols, q_rows, op.act, ab);
+    launch_k(quant_q8_k_kernel, nblk, 128, 0, op.x, op.x_stride, w.cols, q_rows, op.act, ab);
   return a;
 }
 

@@ -10,4 +10,11 @@ namespace ds4::cuda {
 /// The current thread's launch stream (assignable).
 cudaStream_t& launch_stream();
 
+/// Whether kernels launch with programmatic dependent launch (PDL, Hopper and later): each
+/// forward kernel may then be scheduled while its predecessor on the stream finishes, and waits
+/// for it (griddepcontrol.wait) before touching any data the predecessor wrote or reads. True
+/// when the current device has compute capability >= 9, unless DS4_CUDA_PDL=0 or the step
+/// profile (DS4_CUDA_PROFILE, which times operations one by one) is on.
+bool pdl_enabled();
+
 }  // namespace ds4::cuda
