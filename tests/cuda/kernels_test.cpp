@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -20,6 +22,7 @@
 #include "common/f16.h"
 #include "common/ggml_type.h"
 #include "model/attention.h"
+#include "model/experts.h"
 #include "model/indexer.h"
 #include "model/kv_quant.h"
 #include "model/norms.h"
@@ -197,6 +200,109 @@ TEST_F(CudaKernels, MatvecMatchesCpuForEveryTypeAndPath) {
       EXPECT_EQ(pa, std::vector<float>(want.begin(), want.begin() + sh.rows));
       EXPECT_EQ(pb, want_b);
     }
+  }
+}
+
+// Kernels that quantize their own output for the next matvec: the fused q_a norm (Q8_0), the HC
+// pre kernel's h (Q8_0 and Q8_K), and SwiGLU straight into the down projection's activation
+// format: the same bytes as quant::quantize_activation of the f32 values, and the same matvec
+// results as model::expert_swiglu then quant::matvec.
+TEST_F(CudaKernels, FusedActivationQuantizationMatchesCpu) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto cpu_act = [](quant::ActType t, const std::vector<float>& v) {
+    std::vector<uint8_t> out(quant::act_row_bytes(t, static_cast<int64_t>(v.size())));
+    quant::quantize_activation(t, v.data(), out.data(), static_cast<int64_t>(v.size()));
+    return out;
+  };
+  auto download = [](const auto& d, size_t n) {
+    std::vector<std::remove_cv_t<std::remove_pointer_t<decltype(d.get())>>> h(n);
+    d.download(h.data(), n);
+    return h;
+  };
+  {  // rms_norm with a Q8_0 output (2 rows of 1024)
+    const int64_t dim = 1024;
+    std::vector<float> x(2 * dim), w(dim), want(2 * dim);
+    for (float& v : x) v = 2.0f * nd(rng);
+    for (float& v : w) v = 1.0f + 0.1f * nd(rng);
+    for (int r = 0; r < 2; ++r)
+      model::rms_norm(std::span<const float>(&x[r * dim], dim), w, std::span<float>(&want[r * dim], dim));
+    cuda::DeviceArray<float> dx(x.size()), dw(w.size());
+    dx.upload(x.data(), x.size());
+    dw.upload(w.data(), w.size());
+    const size_t ab = quant::act_row_bytes(quant::ActType::Q8_0, dim);
+    cuda::DeviceArray<uint8_t> q(2 * ab);
+    cuda::rms_norm(dx.get(), dw.get(), dx.get(), dim, 2, model::kRmsEps, q.get());
+    cuda::check(cudaDeviceSynchronize(), "rms_norm");
+    EXPECT_EQ(download(dx, x.size()), want);
+    std::vector<uint8_t> want_q = cpu_act(quant::ActType::Q8_0, std::vector<float>(want.begin(), want.begin() + dim));
+    const std::vector<uint8_t> q1 = cpu_act(quant::ActType::Q8_0, std::vector<float>(want.begin() + dim, want.end()));
+    want_q.insert(want_q.end(), q1.begin(), q1.end());
+    EXPECT_EQ(download(q, 2 * ab), want_q);
+  }
+  {  // HC pre: h quantized in both formats (n_hc 4, d 4096 and 512)
+    for (const int64_t d : {int64_t{4096}, int64_t{512}}) {
+      const int nh = 4;
+      std::vector<float> mix(24), x(static_cast<size_t>(nh * d)), nw(static_cast<size_t>(d));
+      for (float& v : mix) v = nd(rng);
+      for (float& v : x) v = nd(rng);
+      for (float& v : nw) v = 1.0f + 0.1f * nd(rng);
+      const float scale = 0.5f;
+      std::vector<float> base(24, 0.1f);
+      cuda::DeviceArray<float> dmix(mix.size()), dsc(1), dbase(base.size()), dxx(x.size()), dnw(nw.size()),
+          pre(static_cast<size_t>(nh)), sub(static_cast<size_t>(d)), h(static_cast<size_t>(d));
+      dmix.upload(mix.data(), mix.size());
+      dsc.upload(&scale, 1);
+      dbase.upload(base.data(), base.size());
+      dxx.upload(x.data(), x.size());
+      dnw.upload(nw.data(), nw.size());
+      const size_t a0 = quant::act_row_bytes(quant::ActType::Q8_0, d), ak = quant::act_row_bytes(quant::ActType::Q8_K, d);
+      cuda::DeviceArray<uint8_t> q0(a0), qk(ak);
+      cuda::hc_pre_weights(dmix.get(), dsc.get(), dbase.get(), nh, 1e-6f, dxx.get(), d, pre.get(), sub.get(),
+                           dnw.get(), model::kRmsEps, h.get(), q0.get(), qk.get());
+      cuda::check(cudaDeviceSynchronize(), "hc_pre_weights");
+      const std::vector<float> hv = download(h, static_cast<size_t>(d));
+      EXPECT_EQ(download(q0, a0), cpu_act(quant::ActType::Q8_0, hv)) << d;
+      EXPECT_EQ(download(qk, ak), cpu_act(quant::ActType::Q8_K, hv)) << d;
+    }
+  }
+  // SwiGLU into the down projection: 3 groups of 512 hidden values, experts {1, 3, 0} of 4.
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::IQ2_XXS, GgmlType::F16}) {
+    SCOPED_TRACE(std::string(ggml_type_info(static_cast<uint32_t>(type))->name));
+    const int64_t n = 512, rows = 40, experts = 4;
+    const int groups = 3;
+    const size_t rb = quant::row_bytes(type, n);
+    std::vector<uint8_t> w(rb * rows * experts);
+    std::vector<float> row(n);
+    for (int64_t r = 0; r < rows * experts; ++r) {
+      for (float& v : row) v = 0.05f * nd(rng);
+      quant::quantize_row(type, row.data(), &w[static_cast<size_t>(r) * rb], n);
+    }
+    std::vector<float> gate(groups * n), up(groups * n), gw = {0.7f, 1.3f, 0.25f};
+    for (float& v : gate) v = 3.0f * nd(rng);
+    for (float& v : up) v = 3.0f * nd(rng);
+    const std::vector<int32_t> ids = {1, 3, 0};
+    const float clamp = 4.0f;
+    std::vector<float> want(groups * rows), mid(n);
+    for (int g = 0; g < groups; ++g) {
+      model::expert_swiglu(std::span<const float>(&gate[g * n], n), std::span<const float>(&up[g * n], n), clamp,
+                           gw[g], mid);
+      quant::matvec(type, &w[static_cast<size_t>(ids[g] * rows) * rb], rows, n, mid.data(), &want[g * rows]);
+    }
+    cuda::DeviceArray<uint8_t> dw(w.size());
+    dw.upload(w.data(), w.size());
+    const cuda::DevMatrix m{static_cast<uint32_t>(type), dw.get(), n, rows * experts, rb};
+    cuda::DeviceArray<float> dg(gate.size()), du(up.size()), dgw(gw.size()), dy(want.size()), dmid(gate.size());
+    dg.upload(gate.data(), gate.size());
+    du.upload(up.data(), up.size());
+    dgw.upload(gw.data(), gw.size());
+    cuda::DeviceArray<int32_t> dids(ids.size());
+    dids.upload(ids.data(), ids.size());
+    cuda::DeviceArray<uint8_t> act(cuda::act_row_bytes(static_cast<uint32_t>(type), n) * groups + 16);
+    cuda::MatvecOp op{&m, 0, rows, rows, dids.get(), groups, nullptr, 0, dy.get(), rows, act.get(), false};
+    cuda::swiglu_matvec(op, dg.get(), du.get(), clamp, dgw.get(), dmid.get());
+    cuda::check(cudaDeviceSynchronize(), "swiglu_matvec");
+    EXPECT_EQ(download(dy, want.size()), want);
   }
 }
 

@@ -137,6 +137,8 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   top_k_ = DeviceArray<uint32_t>(static_cast<size_t>(std::max<int64_t>(max_comp, 1)) + c.indexer_top_k);
   att_scratch_ = DeviceArray<float>(size_t{c.n_head} * (c.n_swa + static_cast<size_t>(max_comp) + 1));
   act_ = DeviceArray<uint8_t>(dw.max_act_bytes * std::max<size_t>({U, c.n_out_group, 1}));
+  if (c.n_embd % 32 == 0) h_q8_0_ = DeviceArray<uint8_t>(c.n_embd / 32 * 36);
+  if (c.n_embd % 256 == 0) h_q8_k_ = DeviceArray<uint8_t>(c.n_embd / 256 * 292);
   tokens_ = DeviceArray<int32_t>(static_cast<size_t>(ctx));
   reset();
   // Streams and events last, released here if one cannot be made (the destructor will not run).
@@ -297,7 +299,8 @@ void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
   }
   check(cudaEventRecord(join_, side_), "cudaEventRecord");
   hc_pre_weights(mix_.get(), scale.get(), base.get(), static_cast<int>(c_.n_hc), c_.hc_eps, x_.get(),
-                 static_cast<int64_t>(c_.n_embd), pre_.get(), sub_in_.get(), norm.get(), c_.rms_eps, h_.get());
+                 static_cast<int64_t>(c_.n_embd), pre_.get(), sub_in_.get(), norm.get(), c_.rms_eps, h_.get(),
+                 h_q8_0_.get(), h_q8_k_.get());
   mark("hc_pre weights+sum+norm");
 }
 
@@ -333,7 +336,7 @@ void CudaForward::push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w
                                   DeviceArray<float>& state_score, DeviceArray<float>& rows) {
   const int64_t d = indexer ? c_.indexer_head_dim : c_.head_dim;
   const int64_t width = (r == 4 ? 2 : 1) * d;
-  pair(op(kv_w, h_.get(), ck_.get(), branch_act_.get()), op(gate_w, h_.get(), cs_.get(), branch_act_.get()));
+  pair(op_h(kv_w, ck_.get(), branch_act_.get()), op_h(gate_w, cs_.get(), branch_act_.get()));
   mark(indexer ? "indexer compressor matvecs" : "compressor matvecs");
   compressor_store(ck_.get(), cs_.get(), ape.get(), width, r, pos_.get(), state_kv.get(), state_score.get());
   compressor_emit(state_kv.get(), state_score.get(), r, d, norm.get(), c_.rms_eps, rope_comp_.get(), n_pair_,
@@ -364,11 +367,14 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     end_branch();
   }
   // Query low-rank input and KV row (spec §3.4.1-2) from the same input, one launch.
-  pair(op(L.attn_q_a, h_.get(), qr_.get()), op(L.attn_kv, h_.get(), kv_row_.get()));
+  pair(op_h(L.attn_q_a, qr_.get()), op_h(L.attn_kv, kv_row_.get()));
   mark("attn_q_a+kv matvecs");
-  rms_norm(qr_.get(), L.attn_q_a_norm.get(), qr_.get(), QL, 1, c_.rms_eps);
+  // The q_a norm also quantizes its output for q_b when q_b reads Q8_0 activations.
+  MatvecOp qb = op(L.attn_q_b, qr_.get(), q_.get());
+  qb.act_ready = act_format(L.attn_q_b.type) == ActFormat::Q8_0;
+  rms_norm(qr_.get(), L.attn_q_a_norm.get(), qr_.get(), QL, 1, c_.rms_eps, qb.act_ready ? qb.act : nullptr);
   mark("attn_q_a norm");
-  mv(L.attn_q_b, qr_.get(), q_.get());
+  matvec_op(qb);
   mark("attn_q_b matvec");
   norm_rope(q_.get(), nullptr, HD, nhead, c_.rms_eps, rope, n_pair_, pos, 0, nullptr, 0);
   mark("q head norm+rope");
@@ -385,7 +391,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   if (ratio == 4 && indexer_on) {
     const int64_t ID = c_.indexer_head_dim;
     const int IH = static_cast<int>(c_.n_indexer_head);
-    pair(op(L.idx_q_b, qr_.get(), iq_.get()), op(L.idx_proj, h_.get(), iw_.get()));
+    pair(op(L.idx_q_b, qr_.get(), iq_.get()), op_h(L.idx_proj, iw_.get()));
     mark("indexer q_b+proj matvecs");
     rope_tail(iq_.get(), IH, ID, rope, n_pair_, pos, false);
     indexer_qat(iq_.get(), IH, ID);
@@ -428,14 +434,12 @@ void CudaForward::ffn_layer(uint32_t il) {
   hc_pre(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm);  // h_ = ffn_norm(sub_in)
   // Shared expert on the branch stream (its own buffers), beside the router and routed experts.
   begin_branch();
-  pair(op(L.ffn_gate_shexp, h_.get(), sh_gate_.get(), branch_act_.get()),
-       op(L.ffn_up_shexp, h_.get(), sh_up_.get(), branch_act_.get()));
+  pair(op_h(L.ffn_gate_shexp, sh_gate_.get(), branch_act_.get()),
+       op_h(L.ffn_up_shexp, sh_up_.get(), branch_act_.get()));
   mark("shexp gate+up matvecs");
-  swiglu(sh_gate_.get(), sh_up_.get(), 1, FF, clamp, nullptr, sh_mid_.get());
-  mark("swiglu");
-  matvec(L.ffn_down_shexp, 0, L.ffn_down_shexp.rows, 0, nullptr, 1, sh_mid_.get(), 0, sh_down_.get(), 0,
-         branch_act_.get());
-  mark("shexp down matvec");
+  swiglu_matvec(op(L.ffn_down_shexp, nullptr, sh_down_.get(), branch_act_.get()), sh_gate_.get(), sh_up_.get(),
+                clamp, nullptr, sh_mid_.get());
+  mark("swiglu+shexp down matvec");
   end_branch();
   // Router (spec §3.5); expert ids stay on the device.
   mv(L.ffn_gate_inp, h_.get(), router_logits_.get());
@@ -454,7 +458,7 @@ void CudaForward::ffn_layer(uint32_t il) {
                      local_sel_.get());
     ids = local_sel_.get();
   }
-  MatvecOp g_op = op(L.ffn_gate_exps, h_.get(), gate_.get()), u_op = op(L.ffn_up_exps, h_.get(), up_.get());
+  MatvecOp g_op = op_h(L.ffn_gate_exps, gate_.get()), u_op = op_h(L.ffn_up_exps, up_.get());
   for (MatvecOp* o : {&g_op, &u_op}) {
     o->n_rows = o->group_rows = FF;
     o->ids = ids;
@@ -463,10 +467,13 @@ void CudaForward::ffn_layer(uint32_t il) {
   }
   pair(g_op, u_op);
   mark("ffn_gate+up_exps matvecs");
-  swiglu(gate_.get(), up_.get(), U, FF, clamp, sel_w_.get(), mid_.get());
-  mark("swiglu");
-  matvec(L.ffn_down_exps, 0, D, D, ids, U, mid_.get(), FF, down_.get(), D, act_.get());
-  mark("ffn_down_exps matvec");
+  MatvecOp d_op = op(L.ffn_down_exps, nullptr, down_.get());
+  d_op.n_rows = d_op.group_rows = D;
+  d_op.ids = ids;
+  d_op.groups = U;
+  d_op.y_stride = D;
+  swiglu_matvec(d_op, gate_.get(), up_.get(), clamp, sel_w_.get(), mid_.get());
+  mark("swiglu+ffn_down_exps matvec");
   // Expert parallelism: each slot's output row is computed by exactly one rank and is zero on
   // the others, so summing the rows over ranks reproduces every value exactly (x + 0 = x), and
   // the combine below runs in the single-device order on every rank: bit-identical results.

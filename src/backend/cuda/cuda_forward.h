@@ -98,6 +98,18 @@ class CudaForward {
     o.act = act ? act : act_.get();
     return o;
   }
+  // A matvec of the sublayer input h_: reads it pre-quantized by hc_pre (h_q8_0_ / h_q8_k_) when
+  // the weight's activation format is one of those, else as op() does.
+  MatvecOp op_h(const DevMatrix& w, float* y, uint8_t* act = nullptr) {
+    MatvecOp o = op(w, h_.get(), y, act);
+    const ActFormat f = act_format(w.type);
+    uint8_t* ready = f == ActFormat::Q8_0 ? h_q8_0_.get() : f == ActFormat::Q8_K ? h_q8_k_.get() : nullptr;
+    if (ready) {
+      o.act = ready;
+      o.act_ready = true;
+    }
+    return o;
+  }
   void pair(const MatvecOp& a, const MatvecOp& b) { matvec_pair(a, b); }
 
   const model::Config& c_;
@@ -131,6 +143,7 @@ class CudaForward {
   DeviceArray<int32_t> sel_, order_, tokens_;  // tokens_: the id at each position (ctx)
   DeviceArray<uint32_t> top_k_;
   DeviceArray<uint8_t> act_;
+  DeviceArray<uint8_t> h_q8_0_, h_q8_k_;  // h_ quantized by hc_pre (Q8_0 / Q8_K activation rows)
 };
 
 }  // namespace ds4::cuda

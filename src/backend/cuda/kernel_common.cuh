@@ -75,6 +75,17 @@ __device__ float sigmoid_f(float z) {
   return e / (1.0f + e);
 }
 
+// model::expert_swiglu for one value: silu(min(g, clamp)) * clamp(u, +-clamp) * w (no clamp when
+// clamp <= 1e-6; w is the expert's routing weight, 1 for the shared expert).
+__device__ float swiglu_value(float g, float u, float clamp, float w) {
+  if (clamp > 1.0e-6f) {
+    if (g > clamp) g = clamp;
+    if (u > clamp) u = clamp;
+    if (u < -clamp) u = -clamp;
+  }
+  return g * sigmoid_f(g) * u * w;
+}
+
 // model::rms_norm family; one block per row. The f64 sum of squares is a block-wide tree here
 // (the CPU's detail::sum_squares_f64 uses 4 sequential f64 lanes): the two differ by f64
 // rounding only (relative ~1e-16), far below the f32 rounding of mean + eps that follows, so the

@@ -60,21 +60,43 @@ struct MatvecOp {
   bool act_ready = false;
 };
 
+/// Activation format of a weight type's matvec input (quant::activation_type): F32 for
+/// F32/F16/BF16, Q8_0 for Q8_0/MXFP4, Q8_K for Q2_K/Q4_K/IQ2_XXS, Bad otherwise.
+enum class ActFormat { F32, Q8_0, Q8_K, Bad };
+ActFormat act_format(uint32_t type);
+
+/// One matvec described by `op` (as matvec; with op.act_ready the input already sits quantized
+/// in op.act and op.x is not read).
+void matvec_op(const MatvecOp& op);
+
+/// The down projection of SwiGLU rows (model::expert_swiglu, then the matvec of op.w): group g's
+/// input is swiglu(gate[g*n..], up[g*n..], clamp) * gate_w[g] (gate_w null: 1) with n = op.w->cols,
+/// quantized straight into op.act in the weight's activation format (one launch instead of a
+/// SwiGLU and a quantization); for float weights the f32 values go to `mid` [groups * n] and
+/// the matvec reads them. op.x and op.x_stride are ignored. Same results as swiglu + matvec.
+void swiglu_matvec(MatvecOp op, const float* gate, const float* up, float clamp, const float* gate_w,
+                   float* mid);
+
 /// Two matvecs in one launch when their weights share a type and group count (else two
 /// launches); when both read the same x, it is quantized once (into a.act). Same results as two
 /// matvec calls.
 void matvec_pair(const MatvecOp& a, const MatvecOp& b);
 
 /// RMSNorm of `n_rows` rows of `dim` (model::rms_norm / rms_norm_unweighted / rms_norm_heads):
-/// out = x * (1/sqrt(mean(x^2) + eps)) [* weight]; weight may be null; out may equal x.
-void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int n_rows, float eps);
+/// out = x * (1/sqrt(mean(x^2) + eps)) [* weight]; weight may be null; out may equal x. With
+/// q8_0 non-null (and dim % 32 == 0) the normed rows are also quantized there as Q8_0
+/// activation rows (dim/32 blocks of 36 bytes each), ready for a Q8_0/MXFP4 matvec.
+void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int n_rows, float eps,
+              uint8_t* q8_0 = nullptr);
 
 /// HC pre weights (model::hc_split_sinkhorn's pre part + hc_weighted_sum): pre [n_hc] from
 /// mix [hc_mix], sub_in [d] = sum_r pre[r] * x[r*d ..], and when norm_w is non-null
-/// h [d] = rms_norm(sub_in, norm_w, norm_eps) (the sublayer's input norm). n_hc <= 5.
+/// h [d] = rms_norm(sub_in, norm_w, norm_eps) (the sublayer's input norm), also quantized into
+/// h_q8_0 (Q8_0 activation row, d % 32 == 0) and h_q8_k (Q8_K row, d % 256 == 0) when those
+/// are non-null, so the sublayer's matvecs need no quantization launch. n_hc <= 5.
 void hc_pre_weights(const float* mix, const float* scale, const float* base, int n_hc, float eps,
                     const float* x, int64_t d, float* pre, float* sub_in, const float* norm_w, float norm_eps,
-                    float* h);
+                    float* h, uint8_t* h_q8_0 = nullptr, uint8_t* h_q8_k = nullptr);
 
 /// The rest of model::hc_split_sinkhorn: post [n_hc] and the Sinkhorn-normalised comb
 /// [n_hc^2] from mix (one warp; only hc_post needs them, so it can run beside the sublayer).

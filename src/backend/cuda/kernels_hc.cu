@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/cuda/async_copy.cuh"
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -59,7 +60,8 @@ __global__ void hc_sinkhorn_kernel(const float* mix, const float* scale, const f
 // everything the sublayer's first matvec waits for, without the Sinkhorn iterations.
 __global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, const float* scale, const float* base,
                                                       int n, float eps, const float* x, int64_t d, float* pre,
-                                                      float* sub_in, const float* norm_w, float norm_eps, float* h) {
+                                                      float* sub_in, const float* norm_w, float norm_eps, float* h,
+                                                      uint8_t* h_q8_0, uint8_t* h_q8_k) {
   pdl_wait();
   pdl_trigger();
   __shared__ float s_pre[kMaxHc];
@@ -83,6 +85,8 @@ __global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, const fl
     if (!norm_w) return;  // uniform: the whole block returns
     const float sc = block_rms_from_partial(acc, d, norm_eps);
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) h[i] = sub_in[i] * sc * norm_w[i];
+    __syncthreads();
+    block_quantize_row(h, d, h_q8_0, h_q8_k);
     return;
   }
   float xv[kSumRegs][kMaxHc], o[kSumRegs], wv[kSumRegs];
@@ -112,6 +116,8 @@ __global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, const fl
     const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
     if (i < d) h[i] = o[k] * sc * wv[k];
   }
+  __syncthreads();
+  block_quantize_row(h, d, h_q8_0, h_q8_k);
 }
 
 // HC projection with its input norm (rms_norm_unweighted then a float-matrix vec_dot), one block
@@ -199,8 +205,11 @@ __global__ void hc_output_kernel(const float* logits, const float* scale, const 
 
 void hc_pre_weights(const float* mix, const float* scale, const float* base, int n_hc, float eps,
                     const float* x, int64_t d, float* pre, float* sub_in, const float* norm_w, float norm_eps,
-                    float* h) {
-  launch_k(hc_pre_kernel, 1, 1024, 0, mix, scale, base, n_hc, eps, x, d, pre, sub_in, norm_w, norm_eps, h);
+                    float* h, uint8_t* h_q8_0, uint8_t* h_q8_k) {
+  if (!norm_w || d % 32 != 0) h_q8_0 = nullptr;
+  if (!norm_w || d % 256 != 0) h_q8_k = nullptr;
+  launch_k(hc_pre_kernel, 1, 1024, 0, mix, scale, base, n_hc, eps, x, d, pre, sub_in, norm_w, norm_eps, h,
+           h_q8_0, h_q8_k);
 }
 
 void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc, int iters, float eps,

@@ -11,16 +11,21 @@
 #include <cstring>
 
 #include "backend/cuda/async_copy.cuh"
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
 
 namespace ds4::cuda {
 namespace {
 
-__global__ void rms_norm_kernel(const float* x, const float* w, float* out, int64_t dim, float eps) {
+__global__ void rms_norm_kernel(const float* x, const float* w, float* out, int64_t dim, float eps,
+                                uint8_t* q8_0) {
   pdl_wait();
   pdl_trigger();
   block_rms_norm_row(x + blockIdx.x * dim, w, out + blockIdx.x * dim, dim, eps);
+  if (!q8_0) return;  // uniform
+  __syncthreads();
+  block_quantize_row(out + blockIdx.x * dim, dim, q8_0 + blockIdx.x * (dim / 32) * sizeof(BQ8_0Act), nullptr);
 }
 
 // Embedding row lookup (quant::dequantize_row of token_embd row tok[0]) replicated into n_hc
@@ -179,23 +184,13 @@ __global__ void router_kernel(const float* logits, int n, const float* bias, con
     }
 }
 
-__device__ float silu(float z) {
-  return z * sigmoid_f(z);
-}
-
 __global__ void swiglu_kernel(const float* gate, const float* up, int groups, int64_t n,
                               float clamp, const float* w, float* out) {
   pdl_wait();
   pdl_trigger();
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (k >= groups * n) return;
-  float g = gate[k], u = up[k];
-  if (clamp > 1.0e-6f) {
-    if (g > clamp) g = clamp;
-    if (u > clamp) u = clamp;
-    if (u < -clamp) u = -clamp;
-  }
-  out[k] = silu(g) * u * (w ? w[k / n] : 1.0f);
+  out[k] = swiglu_value(gate[k], up[k], clamp, w ? w[k / n] : 1.0f);
 }
 
 // moe_combine then hc_post in one pass: thread k = (stream c, index i) forms y[i] (the routed
@@ -242,8 +237,10 @@ __global__ void sleep_kernel(int64_t us) {
 
 void device_sleep(int64_t us) { sleep_kernel<<<1, 1, 0, stream()>>>(us); }
 
-void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int n_rows, float eps) {
-  launch_k(rms_norm_kernel, n_rows, kThreads, 0, x, weight, out, dim, eps);
+void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int n_rows, float eps,
+              uint8_t* q8_0) {
+  if (dim % 32 != 0) q8_0 = nullptr;
+  launch_k(rms_norm_kernel, n_rows, kThreads, 0, x, weight, out, dim, eps, q8_0);
 }
 
 void rope_tail(float* x, int n_heads, int64_t head_dim, const float* table, int n_pair,

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
@@ -21,12 +22,10 @@ constexpr unsigned kFull = 0xffffffffu;
 
 // Block layouts of src/quant/blocks.h (byte-identical structs).
 struct BQ8_0 { uint16_t d; int8_t qs[32]; };
-struct BQ8_0Act { float d; int8_t qs[32]; };
 struct BQ2_K { uint8_t scales[16]; uint8_t qs[64]; uint16_t d; uint16_t dmin; };
 struct BQ4_K { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qs[128]; };
 struct BIq2 { uint16_t d; uint16_t qs[32]; };
 struct BMxfp4 { uint8_t e; uint8_t qs[16]; };
-struct BQ8_K { float d; int8_t qs[256]; int16_t bsums[16]; };
 static_assert(sizeof(BQ8_0) == 34 && sizeof(BQ8_0Act) == 36 && sizeof(BQ2_K) == 84 &&
               sizeof(BQ4_K) == 144 && sizeof(BIq2) == 66 && sizeof(BMxfp4) == 17 &&
               sizeof(BQ8_K) == 292);
@@ -39,22 +38,27 @@ __device__ float c_mx_half[256];
 
 __device__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
-// quant::ref::round_clamp_i8: saturate (NaN -> -128), then round half to even.
-__device__ int8_t round_clamp_i8(float v) {
-  float c = v > -128.0f ? v : -128.0f;
-  c = c < 127.0f ? c : 127.0f;
-  return static_cast<int8_t>(__float2int_rn(c));
-}
 
-__device__ float warp_max(float v) {
-  for (int off = 16; off >= 1; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, off));
-  return v;
-}
+// Sources of the values to quantize: element i of row r.
+struct RowSrc {  // a plain f32 row
+  const float* x;
+  int64_t stride;
+  __device__ float operator()(int64_t r, int64_t i) const { return x[r * stride + i]; }
+};
+struct SwigluSrc {  // SwiGLU of expert hidden rows (swiglu_kernel's formula)
+  const float* gate;
+  const float* up;
+  int64_t n;
+  float clamp;
+  const float* w;
+  __device__ float operator()(int64_t r, int64_t i) const {
+    return swiglu_value(gate[r * n + i], up[r * n + i], clamp, w ? w[r] : 1.0f);
+  }
+};
 
-// One warp per 32-value block, lane j owns value j (quant::ref::quantize_q8_0_act). The max of
-// |x| does not depend on the order it is taken in, so the result is the reference's exactly.
-__global__ void quant_q8_0_kernel(const float* x, int64_t x_stride, int64_t cols, int rows,
-                                  uint8_t* act, size_t act_bytes) {
+// One warp per 32-value block (quantize_q8_0_block).
+template <class Src>
+__global__ void quant_q8_0_kernel(Src src, int64_t cols, int rows, uint8_t* act, size_t act_bytes) {
   pdl_wait();
   pdl_trigger();
   const int64_t nb = cols / 32;
@@ -62,25 +66,12 @@ __global__ void quant_q8_0_kernel(const float* x, int64_t x_stride, int64_t cols
   const int lane = threadIdx.x & 31;
   if (i >= nb * rows) return;  // uniform across the warp
   const int64_t r = i / nb, b = i % nb;
-  const float v = x[r * x_stride + b * 32 + lane];
-  BQ8_0Act* out = reinterpret_cast<BQ8_0Act*>(act + r * act_bytes) + b;
-  const float amax = warp_max(fabsf(v));
-  const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  if (isinf(id)) {
-    if (lane == 0) out->d = 0.0f;
-    out->qs[lane] = 0;
-    return;
-  }
-  if (lane == 0) out->d = d;
-  out->qs[lane] = round_clamp_i8(v * id);
+  quantize_q8_0_block(src(r, b * 32 + lane), lane, reinterpret_cast<BQ8_0Act*>(act + r * act_bytes) + b);
 }
 
-// One warp per 256-value block, lane l owns values 8l..8l+7 (quant::ref::quantize_q8_k). The
-// reference keeps the first value of largest |x| (its sign sets the scale's sign): the warp
-// takes the largest |x| and, among equal ones, the lowest index.
-__global__ void quant_q8_k_kernel(const float* x, int64_t x_stride, int64_t cols, int rows,
-                                  uint8_t* act, size_t act_bytes) {
+// One warp per 256-value block (quantize_q8_k_block).
+template <class Src>
+__global__ void quant_q8_k_kernel(Src src, int64_t cols, int rows, uint8_t* act, size_t act_bytes) {
   pdl_wait();
   pdl_trigger();
   const int64_t nb = cols / 256;
@@ -88,44 +79,10 @@ __global__ void quant_q8_k_kernel(const float* x, int64_t x_stride, int64_t cols
   const int lane = threadIdx.x & 31;
   if (i >= nb * rows) return;
   const int64_t r = i / nb, b = i % nb;
-  const float* xb = x + r * x_stride + b * 256 + 8 * lane;
-  BQ8_K* y = reinterpret_cast<BQ8_K*>(act + r * act_bytes) + b;
   float v[8];
-  float amax = 0.0f;
-  int at = 1 << 30;
-  for (int j = 0; j < 8; ++j) {
-    v[j] = xb[j];
-    const float ax = fabsf(v[j]);
-    if (ax > amax) {
-      amax = ax;
-      at = 8 * lane + j;
-    }
-  }
-  for (int off = 16; off >= 1; off >>= 1) {
-    const float oa = __shfl_xor_sync(kFull, amax, off);
-    const int oi = __shfl_xor_sync(kFull, at, off);
-    if (oa > amax || (oa == amax && oi < at)) {
-      amax = oa;
-      at = oi;
-    }
-  }
-  const float max = amax != 0.0f ? x[r * x_stride + b * 256 + at] : 0.0f;
-  const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
-  if (amax == 0.0f || isinf(iscale)) {
-    if (lane == 0) y->d = 0.0f;
-    for (int j = 0; j < 8; ++j) y->qs[8 * lane + j] = 0;
-    if (lane < 16) y->bsums[lane] = 0;
-    return;
-  }
-  int sum = 0;
-  for (int j = 0; j < 8; ++j) {
-    const int8_t q = round_clamp_i8(iscale * v[j]);
-    y->qs[8 * lane + j] = q;
-    sum += q;
-  }
-  sum += __shfl_xor_sync(kFull, sum, 1);  // 16-value group = lanes 2g, 2g+1
-  if ((lane & 1) == 0) y->bsums[lane / 2] = static_cast<int16_t>(sum);
-  if (lane == 0) y->d = 1.0f / iscale;
+  for (int j = 0; j < 8; ++j) v[j] = src(r, b * 256 + 8 * lane + j);
+  quantize_q8_k_block(v, lane, reinterpret_cast<BQ8_K*>(act + r * act_bytes) + b,
+                      [&](int k) { return src(r, b * 256 + k); });
 }
 
 // ---- the matvec ------------------------------------------------------------------------------
@@ -615,14 +572,13 @@ void launch_matvec(MatvecJobs jobs, int n_jobs, int groups) {
   }
 }
 
-enum class Act { F32, Q8_0, Q8_K, Bad };
-
-Act act_of(uint32_t type) {
+// The activation format of weights of `type` (as quant::activation_type).
+ActFormat act_of(uint32_t type) {
   switch (type) {
-    case kF32: case kF16: case kBF16: return Act::F32;
-    case kQ8_0: case kMXFP4: return Act::Q8_0;
-    case kQ2_K: case kQ4_K: case kIQ2_XXS: return Act::Q8_K;
-    default: return Act::Bad;
+    case kF32: case kF16: case kBF16: return ActFormat::F32;
+    case kQ8_0: case kMXFP4: return ActFormat::Q8_0;
+    case kQ2_K: case kQ4_K: case kIQ2_XXS: return ActFormat::Q8_K;
+    default: return ActFormat::Bad;
   }
 }
 
@@ -637,37 +593,42 @@ bool upload_quant_tables(const uint64_t* iq2_grid, const int8_t* mxfp4_doubled,
 
 size_t act_row_bytes(uint32_t type, int64_t cols) {
   switch (act_of(type)) {
-    case Act::F32: return static_cast<size_t>(cols) * 4;
-    case Act::Q8_0: return static_cast<size_t>(cols / 32) * sizeof(BQ8_0Act);
-    case Act::Q8_K: return static_cast<size_t>(cols / 256) * sizeof(BQ8_K);
+    case ActFormat::F32: return static_cast<size_t>(cols) * 4;
+    case ActFormat::Q8_0: return static_cast<size_t>(cols / 32) * sizeof(BQ8_0Act);
+    case ActFormat::Q8_K: return static_cast<size_t>(cols / 256) * sizeof(BQ8_K);
     default: return 0;
   }
 }
 
 namespace {
 
+// Quantizes `rows` rows of `cols` values from `src` into activation blocks of format `at`
+// (Q8_0 or Q8_K), rows `act_bytes` apart: 4 warps of 32 per launch block, one per quant block.
+template <class Src>
+void quantize_rows(ActFormat at, Src src, int64_t cols, int rows, uint8_t* act, size_t act_bytes) {
+  const int64_t blocks = (at == ActFormat::Q8_0 ? cols / 32 : cols / 256) * rows;
+  const unsigned nblk = static_cast<unsigned>((blocks + 3) / 4);
+  if (at == ActFormat::Q8_0) launch_k(quant_q8_0_kernel<Src>, nblk, 128, 0, src, cols, rows, act, act_bytes);
+  else launch_k(quant_q8_k_kernel<Src>, nblk, 128, 0, src, cols, rows, act, act_bytes);
+}
+
 // Quantizes the input of `op` into op.act (a no-op for float weights, whose dots read x) and
 // returns the kernel arguments.
 MatvecArgs prepare(const MatvecOp& op) {
   const DevMatrix& w = *op.w;
-  const Act at = act_of(w.type);
+  const ActFormat at = act_of(w.type);
   const int q_rows = op.x_stride == 0 ? 1 : op.groups;
   const size_t ab = act_row_bytes(w.type, w.cols);
   MatvecArgs a{w.data, w.row_bytes, w.cols, op.n_rows, op.row0, op.group_rows, op.ids, nullptr,
                op.x_stride == 0 ? 0 : ab, op.y, op.y_stride, 1};
-  if (at == Act::F32) {
+  if (at == ActFormat::F32) {
     a.act = reinterpret_cast<const uint8_t*>(op.x);
     a.act_stride = static_cast<size_t>(op.x_stride) * 4;
     return a;
   }
   a.act = op.act;
   if (op.act_ready) return a;
-  const int64_t blocks = (at == Act::Q8_0 ? w.cols / 32 : w.cols / 256) * q_rows;
-  const unsigned nblk = static_cast<unsigned>((blocks + 3) / 4);  // 4 warps of 32, one per block
-  if (at == Act::Q8_0)
-    launch_k(quant_q8_0_kernel, nblk, 128, 0, op.x, op.x_stride, w.cols, q_rows, op.act, ab);
-  else
-    launch_k(quant_q8_k_kernel, nblk, 128, 0, op.x, op.x_stride, w.cols, q_rows, op.act, ab);
+  quantize_rows(at, RowSrc{op.x, op.x_stride}, w.cols, q_rows, op.act, ab);
   return a;
 }
 
@@ -701,10 +662,34 @@ void matvec(const DevMatrix& w, int64_t row0, int64_t n_rows, int64_t group_rows
   run_single(MatvecOp{&w, row0, n_rows, group_rows, ids, groups, x, x_stride, y, y_stride, act_scratch, false});
 }
 
+ActFormat act_format(uint32_t type) { return act_of(type); }
+
+void matvec_op(const MatvecOp& op) { run_single(op); }
+
+void swiglu_matvec(MatvecOp op, const float* gate, const float* up, float clamp, const float* gate_w,
+                   float* mid) {
+  const int64_t n = op.w->cols;
+  op.x_stride = op.groups > 1 ? n : 0;
+  const ActFormat at = act_of(op.w->type);
+  if (at == ActFormat::F32 || at == ActFormat::Bad) {  // float weights read the f32 values
+    swiglu(gate, up, op.groups, n, clamp, gate_w, mid);
+    op.x = mid;
+    run_single(op);
+    return;
+  }
+  if (op.n_rows > 0 && op.groups > 0)
+    quantize_rows(at, SwigluSrc{gate, up, n, clamp, gate_w}, n, op.groups, op.act, act_row_bytes(op.w->type, n));
+  op.act_ready = true;
+  run_single(op);
+}
+
 void matvec_pair(const MatvecOp& a, const MatvecOp& b) {
-  // The same input in the same format is quantized once; different inputs need two buffers.
+  // The same input in the same format is quantized once; different inputs need two buffers
+  // (inputs quantized beforehand into one buffer are the same input).
   const bool shared = a.x == b.x && a.x_stride == b.x_stride && a.w->cols == b.w->cols && !b.act_ready;
-  if (a.w->type != b.w->type || a.groups != b.groups || (!shared && act_of(a.w->type) != Act::F32 && a.act == b.act)) {
+  const bool both_ready = a.act_ready && b.act_ready;
+  if (a.w->type != b.w->type || a.groups != b.groups ||
+      (!shared && !both_ready && act_of(a.w->type) != ActFormat::F32 && a.act == b.act)) {
     run_single(a);
     run_single(b);
     return;

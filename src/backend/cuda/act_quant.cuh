@@ -1,0 +1,101 @@
+// Activation quantization on the device, as warp-collective block quantizers shared by the
+// quantize kernels and the kernels that quantize their own output (the HC pre kernel, the fused
+// norm, SwiGLU): quant::ref::quantize_q8_0_act / quantize_q8_k bit for bit. Included by .cu files
+// only (each gets its own copy).
+#pragma once
+
+#include <cstdint>
+
+namespace ds4::cuda {
+namespace {
+
+// Block layouts of src/quant/blocks.h (byte-identical structs).
+struct BQ8_0Act { float d; int8_t qs[32]; };
+struct BQ8_K { float d; int8_t qs[256]; int16_t bsums[16]; };
+static_assert(sizeof(BQ8_0Act) == 36 && sizeof(BQ8_K) == 292, "activation block layouts");
+
+constexpr unsigned kQuantFull = 0xffffffffu;
+
+// quant::ref::round_clamp_i8: saturate (NaN -> -128), then round half to even.
+__device__ int8_t round_clamp_i8(float v) {
+  float c = v > -128.0f ? v : -128.0f;
+  c = c < 127.0f ? c : 127.0f;
+  return static_cast<int8_t>(__float2int_rn(c));
+}
+
+// One 32-value Q8_0 activation block, lane j owning value j (the whole warp calls it). The max
+// of |x| does not depend on the order it is taken in, so the result is the reference's exactly.
+__device__ void quantize_q8_0_block(float v, int lane, BQ8_0Act* out) {
+  float amax = fabsf(v);
+  for (int off = 16; off >= 1; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kQuantFull, amax, off));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  if (isinf(id)) {
+    if (lane == 0) out->d = 0.0f;
+    out->qs[lane] = 0;
+    return;
+  }
+  if (lane == 0) out->d = d;
+  out->qs[lane] = round_clamp_i8(v * id);
+}
+
+// One 256-value Q8_K block, lane l owning values 8l..8l+7 (the whole warp calls it). The
+// reference keeps the first value of largest |x| (its sign sets the scale's sign): the warp
+// takes the largest |x| and, among equal ones, the lowest index; value(i) returns value i.
+template <class Value>
+__device__ void quantize_q8_k_block(const float (&v)[8], int lane, BQ8_K* y, Value value) {
+  float amax = 0.0f;
+  int at = 1 << 30;
+  for (int j = 0; j < 8; ++j) {
+    const float ax = fabsf(v[j]);
+    if (ax > amax) {
+      amax = ax;
+      at = 8 * lane + j;
+    }
+  }
+  for (int off = 16; off >= 1; off >>= 1) {
+    const float oa = __shfl_xor_sync(kQuantFull, amax, off);
+    const int oi = __shfl_xor_sync(kQuantFull, at, off);
+    if (oa > amax || (oa == amax && oi < at)) {
+      amax = oa;
+      at = oi;
+    }
+  }
+  const float max = amax != 0.0f ? value(at) : 0.0f;
+  const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
+  if (amax == 0.0f || isinf(iscale)) {
+    if (lane == 0) y->d = 0.0f;
+    for (int j = 0; j < 8; ++j) y->qs[8 * lane + j] = 0;
+    if (lane < 16) y->bsums[lane] = 0;
+    return;
+  }
+  int sum = 0;
+  for (int j = 0; j < 8; ++j) {
+    const int8_t q = round_clamp_i8(iscale * v[j]);
+    y->qs[8 * lane + j] = q;
+    sum += q;
+  }
+  sum += __shfl_xor_sync(kQuantFull, sum, 1);  // 16-value group = lanes 2g, 2g+1
+  if ((lane & 1) == 0) y->bsums[lane / 2] = static_cast<int16_t>(sum);
+  if (lane == 0) y->d = 1.0f / iscale;
+}
+
+// Quantizes row[0..dim) (written by this block before a __syncthreads) with the block's warps:
+// into Q8_0 blocks at q8_0 (dim % 32 == 0) and Q8_K blocks at q8_k (dim % 256 == 0); a null
+// output is skipped. The whole block calls it.
+__device__ void block_quantize_row(const float* row, int64_t dim, uint8_t* q8_0, uint8_t* q8_k) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, warps = blockDim.x / 32;
+  if (q8_0)
+    for (int64_t b = warp; b < dim / 32; b += warps)
+      quantize_q8_0_block(row[b * 32 + lane], lane, reinterpret_cast<BQ8_0Act*>(q8_0) + b);
+  if (q8_k)
+    for (int64_t b = warp; b < dim / 256; b += warps) {
+      const float* xb = row + b * 256;
+      float v[8];
+      for (int j = 0; j < 8; ++j) v[j] = xb[8 * lane + j];
+      quantize_q8_k_block(v, lane, reinterpret_cast<BQ8_K*>(q8_k) + b, [&](int i) { return xb[i]; });
+    }
+}
+
+}  // namespace
+}  // namespace ds4::cuda
