@@ -129,6 +129,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   sh_up_ = DeviceArray<float>(FF);
   sh_mid_ = DeviceArray<float>(FF);
   branch_act_ = DeviceArray<uint8_t>(dw.max_act_bytes);
+  aux_act_ = DeviceArray<uint8_t>(dw.max_act_bytes);
   head_pre_ = DeviceArray<float>(nh);
   z_ = DeviceArray<float>(D);
   logits_ = DeviceArray<float>(c.n_vocab);
@@ -149,7 +150,13 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (st == cudaSuccess) st = cudaStreamCreate(&branch_);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&branch_fork_, cudaEventDisableTiming);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&branch_join_, cudaEventDisableTiming);
+  if (st == cudaSuccess) st = cudaStreamCreate(&aux_);
+  if (st == cudaSuccess) st = cudaEventCreateWithFlags(&aux_fork_, cudaEventDisableTiming);
+  if (st == cudaSuccess) st = cudaEventCreateWithFlags(&aux_join_, cudaEventDisableTiming);
   if (st != cudaSuccess) {
+    if (aux_fork_) cudaEventDestroy(aux_fork_);
+    if (aux_) cudaStreamDestroy(aux_);
+    if (branch_join_) cudaEventDestroy(branch_join_);
     if (branch_fork_) cudaEventDestroy(branch_fork_);
     if (branch_) cudaStreamDestroy(branch_);
     if (join_) cudaEventDestroy(join_);
@@ -165,9 +172,9 @@ CudaForward::~CudaForward() {
   for (auto& row : graphs_)
     for (cudaGraphExec_t g : row)
       if (g) cudaGraphExecDestroy(g);
-  for (cudaEvent_t e : {fork_, join_, branch_fork_, branch_join_})
+  for (cudaEvent_t e : {fork_, join_, branch_fork_, branch_join_, aux_fork_, aux_join_})
     if (e) cudaEventDestroy(e);
-  for (cudaStream_t st : {side_, branch_, stream_})
+  for (cudaStream_t st : {side_, branch_, aux_, stream_})
     if (st) cudaStreamDestroy(st);
 }
 
@@ -311,20 +318,20 @@ void CudaForward::fork(cudaStream_t to, cudaEvent_t ev) {
   check(cudaStreamWaitEvent(to, ev, 0), "cudaStreamWaitEvent");
 }
 
-void CudaForward::begin_branch() {
+void CudaForward::begin_beside(cudaStream_t s, cudaEvent_t fork_ev) {
   if (prof_) return;  // profiled steps stay on one stream: one time per operation
-  fork(branch_, branch_fork_);
-  launch_stream() = branch_;
+  fork(s, fork_ev);
+  launch_stream() = s;
 }
 
-void CudaForward::end_branch() {
+void CudaForward::end_beside(cudaStream_t s, cudaEvent_t join_ev) {
   if (prof_) return;
-  check(cudaEventRecord(branch_join_, branch_), "cudaEventRecord");
+  check(cudaEventRecord(join_ev, s), "cudaEventRecord");
   launch_stream() = stream_;
 }
 
-void CudaForward::join_branch() {
-  if (!prof_) check(cudaStreamWaitEvent(stream_, branch_join_, 0), "cudaStreamWaitEvent");
+void CudaForward::join_beside(cudaEvent_t join_ev) {
+  if (!prof_) check(cudaStreamWaitEvent(stream_, join_ev, 0), "cudaStreamWaitEvent");
 }
 
 // Compressor projection + push (model::Compressor::push, spec §3.4.5/§3.4.7): store, then on
@@ -374,11 +381,9 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   qb.act_ready = act_format(L.attn_q_b.type) == ActFormat::Q8_0;
   rms_norm(qr_.get(), L.attn_q_a_norm.get(), qr_.get(), QL, 1, c_.rms_eps, qb.act_ready ? qb.act : nullptr);
   mark("attn_q_a norm");
-  matvec_op(qb);
-  mark("attn_q_b matvec");
-  norm_rope(q_.get(), nullptr, HD, nhead, c_.rms_eps, rope, n_pair_, pos, 0, nullptr, 0);
-  mark("q head norm+rope");
-  // KV row into the raw ring.
+  // Beside q_b and the query norm+RoPE (aux stream): the KV row into the raw ring, and the
+  // indexer's query, scores and top-k, which read qr_, h_ and the indexer rows (spec §3.4.7).
+  begin_beside(aux_, aux_fork_);
   norm_rope(kv_row_.get(), L.attn_kv_a_norm.get(), HD, 1, c_.rms_eps, rope, n_pair_, pos, c_.nope_dim(),
             kv.raw.get(), raw_cap_);
   mark("kv norm+rope+store");
@@ -391,12 +396,12 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   if (ratio == 4 && indexer_on) {
     const int64_t ID = c_.indexer_head_dim;
     const int IH = static_cast<int>(c_.n_indexer_head);
-    pair(op(L.idx_q_b, qr_.get(), iq_.get()), op_h(L.idx_proj, iw_.get()));
+    pair(op(L.idx_q_b, qr_.get(), iq_.get(), aux_act_.get()), op_h(L.idx_proj, iw_.get(), aux_act_.get()));
     mark("indexer q_b+proj matvecs");
     rope_tail(iq_.get(), IH, ID, rope, n_pair_, pos, false);
     indexer_qat(iq_.get(), IH, ID);
     mark("indexer rope+qat");
-    join_branch();  // the indexer rows, this position's included
+    if (!prof_) check(cudaStreamWaitEvent(aux_, branch_join_, 0), "cudaStreamWaitEvent");  // the indexer rows
     const int64_t max_idx = ctx_ / 4 + 2;
     indexer_scores(iq_.get(), iw_.get(), IH, ID, kv.index.get(), pos, 4, max_idx, scores_.get());
     mark("indexer scores");
@@ -404,9 +409,14 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     mark("indexer top-k");
     sel = top_k_.get();
     n_sel = c_.indexer_top_k;
-  } else if (ratio) {
-    join_branch();  // the compressed rows, this position's included
   }
+  end_beside(aux_, aux_join_);
+  matvec_op(qb);
+  mark("attn_q_b matvec");
+  norm_rope(q_.get(), nullptr, HD, nhead, c_.rms_eps, rope, n_pair_, pos, 0, nullptr, 0);
+  mark("q head norm+rope");
+  join_beside(aux_join_);  // the KV row stored, the indexer's selection
+  if (ratio) join_branch();  // the compressed rows, this position's included
   sink_attention(q_.get(), L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos,
                  kv.comp.get(), ratio, sel, n_sel, max_rows, att_scratch_.get(), attn_.get());
   mark(ratio == 0 ? "attention (window)" : ratio == 4 ? "attention (ratio 4)" : "attention (ratio 128)");

@@ -73,9 +73,13 @@ class CudaForward {
   void hc_norm_mv(const DevMatrix& fn, float* out);
   void join_sinkhorn();  // stream_ waits for the side stream's post/comb (before hc_post)
   void fork(cudaStream_t to, cudaEvent_t ev);  // `to` waits for the work queued on stream_ so far
-  void begin_branch();  // launches go to branch_ (after the work queued on stream_ so far)
-  void end_branch();    // launches go back to stream_
-  void join_branch();   // stream_ waits for the branch's work  // out = fn · rms_norm_unweighted(x_)
+  // Work beside the main path on stream `s` (branch_ or aux_), all no-ops while profiling:
+  void begin_beside(cudaStream_t s, cudaEvent_t fork);  // launches go to s, after stream_'s work so far
+  void end_beside(cudaStream_t s, cudaEvent_t join);    // records `join` on s; launches go back to stream_
+  void join_beside(cudaEvent_t join);                   // stream_ waits for `join`
+  void begin_branch() { begin_beside(branch_, branch_fork_); }
+  void end_branch() { end_beside(branch_, branch_join_); }
+  void join_branch() { join_beside(branch_join_); }
   void attention_layer(uint32_t il, bool indexer_on);
   void ffn_layer(uint32_t il);
   void push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w, const DeviceArray<float>& ape,
@@ -128,6 +132,10 @@ class CudaForward {
   // profiling (every operation then has its own time on stream_).
   cudaStream_t branch_ = nullptr;
   cudaEvent_t branch_fork_ = nullptr, branch_join_ = nullptr;
+  // Aux stream: the KV row's norm+RoPE+store and the indexer query, scores and top-k run beside
+  // q_b and the query norm+RoPE; the attention waits for them.
+  cudaStream_t aux_ = nullptr;
+  cudaEvent_t aux_fork_ = nullptr, aux_join_ = nullptr;
   cudaGraphExec_t graphs_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};  // [indexer_on][logits]
   std::vector<DevLayerKv> kv_;
   DeviceArray<float> rope_dense_, rope_comp_;  // [ctx][cos n_pair, sin n_pair]
@@ -138,6 +146,7 @@ class CudaForward {
       down_, sh_down_, head_pre_, z_, logits_, row_, scores_, att_scratch_;
   DeviceArray<float> sh_gate_, sh_up_, sh_mid_;  // the shared expert's own buffers (branch stream)
   DeviceArray<uint8_t> branch_act_;              // quantized inputs of branch-stream matvecs
+  DeviceArray<uint8_t> aux_act_;                 // quantized inputs of aux-stream matvecs
   std::optional<ExpertShard> shard_;
   DeviceArray<int32_t> local_sel_;  // shard-local expert ids (-1: another rank's expert)
   DeviceArray<int32_t> sel_, order_, tokens_;  // tokens_: the id at each position (ctx)
