@@ -49,6 +49,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (c.n_expert > 4096) fail("CUDA backend: {} experts exceed the supported 4096", c.n_expert);
   if (c.n_hc > 5) fail("CUDA backend: {} hyper-connection streams exceed the supported 5", c.n_hc);
   n_pair_ = static_cast<int>(c.n_rot / 2);
+  if (const char* b = std::getenv("DS4_CUDA_BATCH")) batch_tokens_ = std::max(1, std::atoi(b));
   const char* g = std::getenv("DS4_CUDA_GRAPH");
   use_graphs_ = !(g && std::strcmp(g, "0") == 0);
   if (StepProfile::requested()) {
@@ -197,6 +198,10 @@ void CudaForward::eval(std::span<const int32_t> tokens, int64_t pos0, std::span<
   if (!all_logits.empty() && all_logits.size() < static_cast<size_t>(n) * V)
     fail("all_logits buffer too small");
   tokens_.upload(tokens.data(), tokens.size(), static_cast<size_t>(pos0));
+  if (n > 1 && batch_tokens_ > 1 && !shard_ && !prof_) {
+    eval_batched(tokens, pos0, last_logits, all_logits);
+    return;
+  }
   for (int64_t t = 0; t < n; ++t) {
     float* out = nullptr;
     if (!all_logits.empty()) out = &all_logits[t * V];
@@ -263,7 +268,7 @@ void CudaForward::launch_step(bool indexer_on, bool logits) {
     ffn_layer(il);
   }
   if (logits) {  // output head (spec §3.6)
-    hc_norm_mv(dw_.output_hc_fn, head_pre_.get());
+    hc_norm_mv(dw_.output_hc_fn, x_.get(), head_pre_.get());
     hc_output(head_pre_.get(), dw_.output_hc_scale.get(), dw_.output_hc_base.get(),
               static_cast<int>(nh), c_.hc_eps, x_.get(), static_cast<int64_t>(D), z_.get());
     rms_norm(z_.get(), dw_.output_norm.get(), z_.get(), static_cast<int64_t>(D), 1, c_.rms_eps);
@@ -275,17 +280,17 @@ void CudaForward::launch_step(bool indexer_on, bool logits) {
   // captured graph's pointers stay valid for the next step.
 }
 
-void CudaForward::hc_norm_mv(const DevMatrix& fn, float* out) {
+void CudaForward::hc_norm_mv(const DevMatrix& fn, const float* x, float* out) {
   const int64_t n = static_cast<int64_t>(c_.hc_dim());
-  if (!hc_norm_matvec(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x_.get(), c_.rms_eps, out)) {
-    rms_norm(x_.get(), nullptr, flat_.get(), n, 1, c_.rms_eps);
+  if (!hc_norm_matvec(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x, c_.rms_eps, out)) {
+    rms_norm(x, nullptr, flat_.get(), n, 1, c_.rms_eps);
     mv(fn, flat_.get(), out);
   }
 }
 
 void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
                          const DeviceArray<float>& base, const DeviceArray<float>& norm) {
-  hc_norm_mv(fn, mix_.get());
+  hc_norm_mv(fn, x_.get(), mix_.get());
   mark("hc_pre norm+fn matvec");
   // The Sinkhorn iterations (post, comb) are only needed by this sublayer's hc_post: they run on
   // the side stream, beside the sublayer, and hc_post waits for them (join_sinkhorn).

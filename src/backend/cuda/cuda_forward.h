@@ -53,7 +53,12 @@ class CudaForward {
   CudaForward(const CudaForward&) = delete;
   CudaForward& operator=(const CudaForward&) = delete;
 
-  /// Evaluates tokens at pos0.. one at a time (see BackendSession::eval for the contract).
+  /// Evaluates tokens at pos0.. (see BackendSession::eval for the contract). One token runs the
+  /// decode step (graphs); more run layer-major in chunks of up to batch_tokens() (cuda_prefill.cpp):
+  /// per layer the token-independent work over the whole chunk (multi-token matvecs, norms,
+  /// routed experts grouped by expert), the position-dependent work (KV store, compressors,
+  /// indexer, attention) token by token in order. Both give the same bits for any chunking.
+  /// Token by token instead with an expert shard, DS4_CUDA_PROFILE, or DS4_CUDA_BATCH=0/1.
   void eval(std::span<const int32_t> tokens, int64_t pos0, std::span<float> last_logits,
             std::span<float> all_logits);
   /// Forgets every token.
@@ -63,6 +68,9 @@ class CudaForward {
   /// Replaces the state from `in`. Throws ds4::Error when its ctx or shapes differ.
   void import_state(const model::KvState& in);
   int64_t ctx() const { return ctx_; }
+  /// Most tokens per layer-major chunk (DS4_CUDA_BATCH=N overrides the default 128; <= 1: the
+  /// token-by-token step for every token).
+  int batch_tokens() const { return batch_tokens_; }
 
  private:
   void step(int64_t pos, float* logits);
@@ -70,12 +78,12 @@ class CudaForward {
   // HC pre of one sublayer (spec §3.3) through the sublayer's input norm: h_ = norm(sub_in).
   void hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale, const DeviceArray<float>& base,
               const DeviceArray<float>& norm);
-  void hc_norm_mv(const DevMatrix& fn, float* out);
+  void hc_norm_mv(const DevMatrix& fn, const float* x, float* out);  // out = fn · rms_norm_unweighted(x)
   void join_sinkhorn();  // stream_ waits for the side stream's post/comb (before hc_post)
   void fork(cudaStream_t to, cudaEvent_t ev);  // `to` waits for the work queued on stream_ so far
   void begin_branch();  // launches go to branch_ (after the work queued on stream_ so far)
   void end_branch();    // launches go back to stream_
-  void join_branch();   // stream_ waits for the branch's work  // out = fn · rms_norm_unweighted(x_)
+  void join_branch();   // stream_ waits for the branch's work
   void attention_layer(uint32_t il, bool indexer_on);
   void ffn_layer(uint32_t il);
   void push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w, const DeviceArray<float>& ape,
@@ -100,6 +108,27 @@ class CudaForward {
   }
   void pair(const MatvecOp& a, const MatvecOp& b) { matvec_pair(a, b); }
 
+  // Layer-major prefill (cuda_prefill.cpp): scratch for up to batch_tokens_ tokens, [token][...].
+  struct Batch {
+    DeviceArray<float> x, x_next, mix, pre, post, comb, sub_in, h, y, qr, q, kv_row, ck, cs, ik, is, iq, iw,
+        attn, low, router_logits, probs, sel_w, gate, up, mid, down, sh_gate, sh_up, sh_mid, sh_down, head_pre, z,
+        logits;
+    DeviceArray<int32_t> sel, order, cnt, list;
+    DeviceArray<uint8_t> act;
+  };
+  void eval_batched(std::span<const int32_t> tokens, int64_t pos0, std::span<float> last_logits,
+                    std::span<float> all_logits);
+  void batch_chunk(int64_t pos0, int n, float* all_logits, float* last_logits);
+  void batch_hc_pre(int n, const DevMatrix& fn, const DeviceArray<float>& scale, const DeviceArray<float>& base,
+                    const DeviceArray<float>& norm);
+  void batch_hc_norm_mv(const DevMatrix& fn, const float* x, int n, float* out);  // n tokens of hc_norm_mv
+  void batch_attention(uint32_t il, int64_t pos0, int n);
+  void batch_ffn(uint32_t il, int64_t pos0, int n);
+  // y [n][w.rows] = W · x rows [n][w.cols] (x_stride floats apart) through matmat.
+  void mm(const DevMatrix& w, const float* x, int64_t x_stride, int n, float* y);
+
+  int batch_tokens_ = 128;
+  std::unique_ptr<Batch> batch_;
   const model::Config& c_;
   const DeviceWeights& dw_;
   int64_t ctx_;

@@ -577,4 +577,168 @@ void matvec_pair(const MatvecOp& a, const MatvecOp& b) {
   launch_jobs(a.w->type, jobs, 2, a.groups);
 }
 
+namespace {
+
+// ---- the multi-token matvec ("matmat") -------------------------------------------------------
+//
+// Prefill reads each weight row once for many tokens. One warp per output row, kMmWarps rows per
+// block, blockIdx.y the group (a weight group, or an expert in list mode). The warp stages its
+// row chunk by chunk into shared memory (as matvec_kernel does) and, per chunk, runs dot_chunk
+// for each of up to kMmTok tokens against that token's activation (read from global memory,
+// cached in L1), keeping every token's per-lane running value in shared memory. Each token's
+// value therefore goes through exactly matvec_kernel's per-lane operations in the same order:
+// chunks are whole multiples of 16 blocks (the lane partitions of F32/F16/BF16 and Q8_0/MXFP4
+// restart on the same lane at every chunk start; the K-quants sum blocks in order), and
+// dot_finish is the same final tree. Results equal matvec (and quant::vec_dot) bit for bit.
+
+constexpr int kMmWarps = 8;
+constexpr int kMmTok = 32;      // tokens per pass over the weights
+constexpr int kMmStage = 2304;  // staging bytes per warp (>= every MmChunk's bytes)
+
+template <uint32_t T>
+struct MmChunk {
+  static constexpr int kRaw = (2048 / Fmt<T>::kBytes) / 16 * 16;
+  static constexpr int kBlocks = kRaw > 16 ? kRaw : 16;
+  static_assert(kBlocks * Fmt<T>::kBytes <= kMmStage, "matmat chunk exceeds its staging buffer");
+};
+
+struct MatmatArgs {
+  const uint8_t* w;
+  size_t row_bytes;
+  int64_t cols, n_rows, row0, group_rows;
+  int n_tok;
+  const int32_t* cnt;
+  const int32_t* list;
+  int64_t list_stride;
+  int64_t in_div, in_mul, in_gmul;
+  const uint8_t* act;
+  size_t act_stride;  // bytes between input rows (quantized rows, or f32 rows for float weights)
+  float* y;
+  int64_t y_stride, y_gstride;
+};
+
+constexpr size_t kMmSmem = static_cast<size_t>(kMmWarps) * kMmStage +
+                           static_cast<size_t>(kMmWarps) * kMmTok * 32 * sizeof(float) + sizeof(Tables);
+
+template <uint32_t T, bool kVec>
+__global__ void __launch_bounds__(kMmWarps * 32) matmat_kernel(MatmatArgs a) {
+  extern __shared__ __align__(16) uint8_t mm_smem[];
+  uint8_t* stage = mm_smem;
+  float* accs = reinterpret_cast<float*>(mm_smem + kMmWarps * kMmStage);
+  Tables& tab = *reinterpret_cast<Tables*>(mm_smem + kMmWarps * kMmStage + kMmWarps * kMmTok * 32 * sizeof(float));
+  const int g = blockIdx.y;
+  const int n = a.cnt ? a.cnt[g] : a.n_tok;
+  if (n <= 0 || static_cast<int64_t>(blockIdx.x) * kMmWarps >= a.n_rows) return;  // whole block
+  if constexpr (T == kIQ2_XXS) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) tab.grid[i] = c_iq2_grid[i];
+    for (int i = threadIdx.x; i < 128; i += blockDim.x) tab.signs[i] = c_iq2_signs[i];
+    __syncthreads();
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kMmWarps + warp;
+  if (r >= a.n_rows) return;  // no block-wide barrier follows
+  const uint8_t* wrow = a.w + static_cast<size_t>(a.row0 + g * a.group_rows + r) * a.row_bytes;
+  uint8_t* sm = stage + warp * kMmStage;
+  float* acc = accs + warp * kMmTok * 32;
+  constexpr int CB = MmChunk<T>::kBlocks;
+  constexpr int kBytes = Fmt<T>::kBytes;
+  constexpr int kAct = ActFmt<T>::kBytes;
+  const int64_t nblk = a.cols / Fmt<T>::kVals;
+  const int32_t* list = a.list ? a.list + g * a.list_stride : nullptr;
+  for (int k0 = 0; k0 < n; k0 += kMmTok) {
+    const int nt = n - k0 < kMmTok ? n - k0 : kMmTok;
+    for (int k = 0; k < nt; ++k) acc[k * 32 + lane] = 0.0f;
+    for (int64_t c0 = 0; c0 < nblk; c0 += CB) {
+      const int nb = static_cast<int>(nblk - c0 < CB ? nblk - c0 : CB);
+      stage_bytes<kVec>(wrow + c0 * kBytes, nb * kBytes, sm, lane);
+      cp_async_wait();
+      __syncwarp();
+      for (int k = 0; k < nt; ++k) {
+        const int64_t e = list ? list[k0 + k] : k0 + k;
+        const uint8_t* x = a.act + static_cast<size_t>((e / a.in_div) * a.in_mul + g * a.in_gmul) * a.act_stride +
+                           c0 * kAct;
+        acc[k * 32 + lane] = dot_chunk<T>(sm, x, nb, lane, tab, acc[k * 32 + lane]);
+      }
+      __syncwarp();  // the stage is rewritten next
+    }
+    for (int k = 0; k < nt; ++k) {
+      const int64_t e = list ? list[k0 + k] : k0 + k;
+      const float v = dot_finish<T>(acc[k * 32 + lane]);
+      if (lane == 0) a.y[e * a.y_stride + g * a.y_gstride + r] = v;
+    }
+    __syncwarp();
+  }
+}
+
+template <uint32_t T>
+void launch_matmat(const MatmatArgs& a, int groups) {
+  const bool vec = reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.row_bytes % 16 == 0;
+  const dim3 grid(static_cast<unsigned>((a.n_rows + kMmWarps - 1) / kMmWarps), static_cast<unsigned>(groups));
+  auto* k = vec ? matmat_kernel<T, true> : matmat_kernel<T, false>;
+  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMmSmem));
+  k<<<grid, kMmWarps * 32, kMmSmem, launch_stream()>>>(a);
+}
+
+}  // namespace
+
+void quantize_rows(uint32_t type, const float* x, int64_t x_stride, int64_t cols, int n_rows, uint8_t* act) {
+  const Act at = act_of(type);
+  if (at == Act::F32 || at == Act::Bad || n_rows <= 0) return;
+  const size_t ab = act_row_bytes(type, cols);
+  const int64_t blocks = (at == Act::Q8_0 ? cols / 32 : cols / 256) * n_rows;
+  const unsigned nblk = static_cast<unsigned>((blocks + 3) / 4);
+  if (at == Act::Q8_0)
+    quant_q8_0_kernel<<<nblk, 128, 0, launch_stream()>>>(x, x_stride, cols, n_rows, act, ab);
+  else
+    quant_q8_k_kernel<<<nblk, 128, 0, launch_stream()>>>(x, x_stride, cols, n_rows, act, ab);
+}
+
+void matmat(const MatmatOp& op) {
+  const DevMatrix& w = *op.w;
+  if (op.n_rows <= 0 || op.groups <= 0 || op.n_in <= 0 || (!op.cnt && op.n_tok <= 0)) return;
+  const Act at = act_of(w.type);
+  MatmatArgs a{w.data, w.row_bytes, w.cols, op.n_rows, op.row0, op.group_rows, op.n_tok, op.cnt, op.list,
+               op.list_stride, op.in_div, op.in_mul, op.in_gmul, nullptr, 0, op.y, op.y_stride, op.y_gstride};
+  if (at == Act::F32) {
+    a.act = reinterpret_cast<const uint8_t*>(op.x);
+    a.act_stride = static_cast<size_t>(op.x_stride) * 4;
+  } else {
+    if (!op.act_ready) quantize_rows(w.type, op.x, op.x_stride, w.cols, op.n_in, op.act);
+    a.act = op.act;
+    a.act_stride = act_row_bytes(w.type, w.cols);
+  }
+  switch (w.type) {
+    case kF32: launch_matmat<kF32>(a, op.groups); break;
+    case kF16: launch_matmat<kF16>(a, op.groups); break;
+    case kBF16: launch_matmat<kBF16>(a, op.groups); break;
+    case kQ8_0: launch_matmat<kQ8_0>(a, op.groups); break;
+    case kMXFP4: launch_matmat<kMXFP4>(a, op.groups); break;
+    case kQ2_K: launch_matmat<kQ2_K>(a, op.groups); break;
+    case kQ4_K: launch_matmat<kQ4_K>(a, op.groups); break;
+    case kIQ2_XXS: launch_matmat<kIQ2_XXS>(a, op.groups); break;
+    default: break;  // rejected by the host side before upload
+  }
+}
+
+namespace {
+
+// One block: cnt[e] = number of entries i with sel[i] == e, list[e*stride + k] = those i (in
+// any order: every entry is computed independently). cnt must be zero on entry.
+__global__ void group_by_expert_kernel(const int32_t* sel, int n, int n_expert, int32_t* cnt, int32_t* list,
+                                       int64_t stride) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int e = sel[i];
+    if (e < 0 || e >= n_expert) continue;
+    const int k = atomicAdd(&cnt[e], 1);
+    list[e * stride + k] = i;
+  }
+}
+
+}  // namespace
+
+void group_by_expert(const int32_t* sel, int n, int n_expert, int32_t* cnt, int32_t* list, int64_t stride) {
+  cudaMemsetAsync(cnt, 0, static_cast<size_t>(n_expert) * sizeof(int32_t), launch_stream());
+  group_by_expert_kernel<<<1, 256, 0, launch_stream()>>>(sel, n, n_expert, cnt, list, stride);
+}
+
 }  // namespace ds4::cuda
