@@ -50,6 +50,8 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (c.n_hc > 5) fail("CUDA backend: {} hyper-connection streams exceed the supported 5", c.n_hc);
   n_pair_ = static_cast<int>(c.n_rot / 2);
   if (const char* b = std::getenv("DS4_CUDA_BATCH")) batch_tokens_ = std::max(1, std::atoi(b));
+  if (const char* pp = std::getenv("DS4_CUDA_PREFILL_PROFILE"); pp && std::strcmp(pp, "0") != 0)
+    pprof_ = std::make_unique<PrefillProfile>();
   const char* g = std::getenv("DS4_CUDA_GRAPH");
   use_graphs_ = !(g && std::strcmp(g, "0") == 0);
   if (StepProfile::requested()) {
@@ -161,6 +163,20 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
 
 CudaForward::~CudaForward() {
   if (prof_) std::fputs(prof_->report().c_str(), stderr);
+  if (pprof_ && pprof_->tokens > 0) {
+    static const char* names[5] = {"HC, norms, RoPE, router, combine (batched small kernels)",
+                                   "dense multi-token matvecs (attention, shared expert, router, compressors)",
+                                   "routed experts (grouping, gate/up/down matmats, SwiGLU)",
+                                   "token-by-token loop (KV store, compressors, indexer, attention)",
+                                   "output head + logits copy"};
+    double total = 0;
+    for (double v : pprof_->ms) total += v;
+    std::fprintf(stderr, "ds4 CUDA prefill profile: %lld tokens, %.3f ms/token\n",
+                 static_cast<long long>(pprof_->tokens), total / static_cast<double>(pprof_->tokens));
+    for (int i = 0; i < 5; ++i)
+      std::fprintf(stderr, "  %7.3f ms/token %5.1f %%  %s\n", pprof_->ms[i] / static_cast<double>(pprof_->tokens),
+                   total > 0 ? 100.0 * pprof_->ms[i] / total : 0.0, names[i]);
+  }
   for (auto& row : graphs_)
     for (cudaGraphExec_t g : row)
       if (g) cudaGraphExecDestroy(g);

@@ -12,6 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -127,7 +128,17 @@ class CudaForward {
   // y [n][w.rows] = W · x rows [n][w.cols] (x_stride floats apart) through matmat.
   void mm(const DevMatrix& w, const float* x, int64_t x_stride, int n, float* y);
 
+  // DS4_CUDA_PREFILL_PROFILE=1: device time of the prefill's phases (the stream is synchronised
+  // at each phase end), printed to stderr when the session ends.
+  struct PrefillProfile {
+    double ms[5] = {};
+    int64_t tokens = 0;
+    std::chrono::steady_clock::time_point last;
+  };
+  void pmark(int phase);  // ends the current phase (PrefillProfile::ms index)
+
   int batch_tokens_ = 128;
+  std::unique_ptr<PrefillProfile> pprof_;
   std::unique_ptr<Batch> batch_;
   const model::Config& c_;
   const DeviceWeights& dw_;

@@ -29,6 +29,14 @@ class StreamGuard {
 
 }  // namespace
 
+void CudaForward::pmark(int phase) {
+  if (!pprof_) return;
+  check(cudaStreamSynchronize(stream_), "prefill profile");
+  const auto now = std::chrono::steady_clock::now();
+  pprof_->ms[phase] += std::chrono::duration<double, std::milli>(now - pprof_->last).count();
+  pprof_->last = now;
+}
+
 void CudaForward::mm(const DevMatrix& w, const float* x, int64_t x_stride, int n, float* y) {
   MatmatOp o;
   o.w = &w;
@@ -120,10 +128,16 @@ void CudaForward::batch_chunk(int64_t pos0, int n, float* all_logits, float* las
   }
   StreamGuard guard(stream_);
   Batch& b = *batch_;
+  if (pprof_) {
+    check(cudaStreamSynchronize(stream_), "prefill profile");
+    pprof_->last = std::chrono::steady_clock::now();
+    pprof_->tokens += n;
+  }
   const int64_t D = c_.n_embd, hc = static_cast<int64_t>(c_.hc_dim());
   const int nh = static_cast<int>(c_.n_hc);
   embed(dw_.token_embd.data, dw_.token_embd.type, dw_.token_embd.row_bytes, tokens_.get(), positions_.get() + pos0,
         nh, D, b.x.get(), n);
+  pmark(0);
   for (uint32_t il = 0; il < c_.n_layer; ++il) {
     batch_attention(il, pos0, n);
     batch_ffn(il, pos0, n);
@@ -151,6 +165,7 @@ void CudaForward::batch_chunk(int64_t pos0, int n, float* all_logits, float* las
     check(cudaStreamSynchronize(stream_), "prefill chunk");
   }
   check(cudaGetLastError(), "prefill chunk");
+  pmark(4);
 }
 
 void CudaForward::batch_hc_pre(int n, const DevMatrix& fn, const DeviceArray<float>& scale,
@@ -184,6 +199,7 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
   const float* rope = ratio ? rope_comp_.get() : rope_dense_.get();
 
   batch_hc_pre(n, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, L.attn_norm);  // h = attn_norm(sub_in)
+  pmark(0);
   // Token-independent projections over the chunk (spec §3.4.1-2, §3.4.5, §3.4.7).
   mm(L.attn_q_a, b.h.get(), D, n, b.qr.get());
   mm(L.attn_kv, b.h.get(), D, n, b.kv_row.get());
@@ -205,6 +221,7 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
       mm(L.idx_proj, b.h.get(), D, n, b.iw.get());
     }
   }
+  pmark(1);
   // Token by token, in order: KV store, compressor pushes, indexer selection, attention.
   const int64_t* pos_all = positions_.get() + pos0;
   norm_rope(b.q.get(), nullptr, HD, nhead, c_.rms_eps, rope, n_pair_, pos_all, 0, nullptr, 0, n);  // q heads
@@ -214,6 +231,7 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
   }
   int64_t max_rows = c_.n_swa;
   if (ratio) max_rows += std::min<int64_t>(ctx_ / ratio + 2, ratio == 4 ? c_.indexer_top_k : INT64_MAX);
+  pmark(0);
   for (int t = 0; t < n; ++t) {
     const int64_t p = pos0 + t;
     const int64_t* pos = positions_.get() + p;
@@ -246,7 +264,9 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
     sink_attention(q, L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos, kv.comp.get(), ratio,
                    sel, n_sel, max_rows, att_scratch_.get(), out);
   }
+  pmark(3);
   rope_tail(b.attn.get(), nhead, HD, rope, n_pair_, pos_all, true, n);  // inverse RoPE at each query position
+  pmark(0);
   // Grouped low-rank output projection (spec §3.4.9): group g of token t reads its heads' slice
   // (input row t*G + g of GI values), writes low[t][g*OL ..].
   const int64_t GI = c_.group_in_dim(), OL = c_.o_lora_rank, LOW = c_.out_low_dim();
@@ -269,6 +289,7 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
   o.act = b.act.get();
   matmat(o);
   mm(L.attn_output_b, b.low.get(), LOW, n, b.y.get());
+  pmark(1);
   (void)hc;
   hc_post(b.y.get(), b.x.get(), b.post.get(), b.comb.get(), nh, D, b.x_next.get(), n);
   std::swap(b.x, b.x_next);
@@ -282,6 +303,7 @@ void CudaForward::batch_ffn(uint32_t il, int64_t pos0, int n) {
   const float clamp = c_.swiglu_clamp_of(il);
 
   batch_hc_pre(n, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm);  // h = ffn_norm(sub_in)
+  pmark(0);
   // Shared expert.
   mm(L.ffn_gate_shexp, b.h.get(), D, n, b.sh_gate.get());
   mm(L.ffn_up_shexp, b.h.get(), D, n, b.sh_up.get());
@@ -289,12 +311,14 @@ void CudaForward::batch_ffn(uint32_t il, int64_t pos0, int n) {
   mm(L.ffn_down_shexp, b.sh_mid.get(), FF, n, b.sh_down.get());
   // Router (spec §3.5), per token (hash rows read the token at the position).
   mm(L.ffn_gate_inp, b.h.get(), D, n, b.router_logits.get());
+  pmark(1);
   const bool hash = c_.is_hash_layer(il);
   router(b.router_logits.get(), E, L.exp_probs_b.size() ? L.exp_probs_b.get() : nullptr,
          hash ? L.tid2eid.get() : nullptr, tokens_.get(), positions_.get() + pos0, U, c_.expert_weight_scale,
          b.probs.get(), b.sel.get(), b.sel_w.get(), b.order.get(), n);
   // Routed experts: the chunk's (token, slot) entries grouped by expert, one multi-token matvec
   // per projection over all experts at once (experts nobody chose return at once).
+  pmark(0);
   const int entries = n * U;
   group_by_expert(b.sel.get(), entries, E, b.cnt.get(), b.list.get(), entries);
   MatmatOp o;
@@ -327,10 +351,12 @@ void CudaForward::batch_ffn(uint32_t il, int64_t pos0, int n) {
   o.y_stride = D;
   o.act_ready = false;
   matmat(o);
+  pmark(2);
   // y = (routed outputs in ascending expert id) + shared, then HC post (the decode combine).
   (void)hc;
   moe_combine_hc_post(b.down.get(), b.order.get(), U, D, b.sh_down.get(), b.x.get(), b.post.get(), b.comb.get(), nh,
                       b.x_next.get(), n);
+  pmark(0);
   std::swap(b.x, b.x_next);
 }
 
