@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/kernels.h"
@@ -591,6 +592,15 @@ namespace {
 // restart on the same lane at every chunk start; the K-quants sum blocks in order), and
 // dot_finish is the same final tree. Results equal matvec (and quant::vec_dot) bit for bit.
 
+// DS4_CUDA_MATMAT_LANE=0: the Q8_0/MXFP4 and float formats use matmat_kernel too (comparisons).
+bool lane_matmat_off() {
+  static const bool off = [] {
+    const char* v = std::getenv("DS4_CUDA_MATMAT_LANE");
+    return v && v[0] == '0';
+  }();
+  return off;
+}
+
 constexpr int kMmWarps = 8;
 constexpr int kMmTok = 32;      // tokens per pass over the weights
 constexpr int kMmStage = 2304;  // staging bytes per warp (>= every MmChunk's bytes)
@@ -670,8 +680,181 @@ __global__ void __launch_bounds__(kMmWarps * 32) matmat_kernel(MatmatArgs a) {
   }
 }
 
+// Token-per-lane matmat for the Q8_0-style formats (Q8_0, MXFP4: 32-value blocks, one scale,
+// Q8_0 activations), where matmat_kernel spends most of its instructions on lane bookkeeping:
+// lane k of a warp computes token k's dot of the warp's row. Per step of 8 blocks the block
+// stages the 32 tokens' activation blocks in shared memory (rows padded to 73 words: lanes read
+// different banks), each warp repacks its row's 8 blocks into int8x4 words (MXFP4: its doubled
+// E2M1 codes) and f32 scales, then every lane forms each block's exact integer dot and
+// s_b = (scale_w * d_x) * (float)isum_b into accumulator b mod 8, in block order — the
+// per-accumulator sequence of quant::ref and matvec_kernel — and at the end the same tree
+// ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)). Bit-identical to matvec.
+constexpr int kLnWarps = 8;
+constexpr int kLnStep = 8;                        // blocks per step (one per accumulator)
+constexpr int kLnRowWords = kLnStep * 9 + 1;      // 8 activation blocks of 9 words, + 1 pad word
+
+template <uint32_t T>
+__global__ void __launch_bounds__(kLnWarps * 32) matmat_lane_kernel(MatmatArgs a) {
+  __shared__ int xs[32 * kLnRowWords];
+  __shared__ int wq[kLnWarps][kLnStep * 8];
+  __shared__ float wsc[kLnWarps][kLnStep];
+  const int g = blockIdx.y;
+  const int n = a.cnt ? a.cnt[g] : a.n_tok;
+  if (n <= 0 || static_cast<int64_t>(blockIdx.x) * kLnWarps >= a.n_rows) return;  // whole block
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnWarps + warp;
+  const bool active = r < a.n_rows;  // idle warps still take part in the barriers
+  constexpr int kBytes = Fmt<T>::kBytes;
+  const uint8_t* wrow = a.w + static_cast<size_t>(a.row0 + g * a.group_rows + (active ? r : 0)) * a.row_bytes;
+  const int64_t nblk = a.cols / 32;
+  const int32_t* list = a.list ? a.list + g * a.list_stride : nullptr;
+  for (int k0 = 0; k0 < n; k0 += 32) {
+    const int nt = n - k0 < 32 ? n - k0 : 32;
+    const int64_t e = lane < nt ? (list ? list[k0 + lane] : k0 + lane) : 0;
+    float acc[kLnStep];
+#pragma unroll
+    for (int j = 0; j < kLnStep; ++j) acc[j] = 0.0f;
+    for (int64_t c0 = 0; c0 < nblk; c0 += kLnStep) {
+      const int nb = static_cast<int>(nblk - c0 < kLnStep ? nblk - c0 : kLnStep);
+      // Activation tile: token k's nb blocks (9 words each) at xs[k * kLnRowWords].
+      const int words = nb * 9;
+      for (int i = threadIdx.x; i < nt * words; i += blockDim.x) {
+        const int k = i / words, w = i % words;
+        const int64_t ek = list ? list[k0 + k] : k0 + k;
+        const auto* src = reinterpret_cast<const int*>(
+            a.act + static_cast<size_t>((ek / a.in_div) * a.in_mul + g * a.in_gmul) * a.act_stride + c0 * 36);
+        cp_async4(&xs[k * kLnRowWords + w], src + w);
+      }
+      // This warp's row: block j = lane / 4, part = lane % 4 (values 8*part .. 8*part+7).
+      if (active) {
+        const int j = lane >> 2, part = lane & 3;
+        if (j < nb) {
+          const uint8_t* wb = wrow + (c0 + j) * kBytes;
+          int w0, w1;
+          if constexpr (T == kQ8_0) {
+            const uint8_t* q = wb + 2 + 8 * part;
+            w0 = static_cast<int>(ld16(q) | (ld16(q + 2) << 16));
+            w1 = static_cast<int>(ld16(q + 4) | (ld16(q + 6) << 16));
+            if (part == 0) wsc[warp][j] = h2f(ld16(wb));
+          } else {
+            uint32_t v[2] = {0, 0};
+            for (int t = 0; t < 8; ++t) {
+              const int jj = 8 * part + t;
+              const int code = jj < 16 ? (wb[1 + jj] & 15) : (wb[1 + jj - 16] >> 4);
+              v[t / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(c_mx_doubled[code])) << (8 * (t % 4));
+            }
+            w0 = static_cast<int>(v[0]);
+            w1 = static_cast<int>(v[1]);
+            if (part == 0) wsc[warp][j] = c_mx_half[wb[0]];
+          }
+          wq[warp][j * 8 + 2 * part] = w0;
+          wq[warp][j * 8 + 2 * part + 1] = w1;
+        }
+      }
+      cp_async_wait();
+      __syncthreads();
+      if (active && lane < nt) {
+        const int* xk = &xs[lane * kLnRowWords];
+#pragma unroll
+        for (int j = 0; j < kLnStep; ++j) {
+          if (j < nb) {
+            int isum = 0;
+#pragma unroll
+            for (int w = 0; w < 8; ++w) isum = __dp4a(wq[warp][j * 8 + w], xk[j * 9 + 1 + w], isum);
+            const float xd = __int_as_float(xk[j * 9]);
+            const float s = (wsc[warp][j] * xd) * static_cast<float>(isum);
+            acc[j] = acc[j] + s;
+          }
+        }
+      }
+      __syncthreads();  // the tiles are rewritten next step
+    }
+    if (active && lane < nt) {
+      const float out = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+      a.y[e * a.y_stride + g * a.y_gstride + r] = out;
+    }
+  }
+}
+
+// Token-per-lane matmat for the float formats (F32, F16, BF16): lane k computes token k's dot
+// of the warp's row with the reference's 16 chains (element i into chain i mod 16, products
+// rounded then added in element order) held as 16 registers, then the reference's tree
+// (c, c+8), (c, c+4), (c, c+2), (0, 1). Per step of 64 elements the block stages the 32
+// tokens' inputs (rows padded to 65 words) and each warp its row converted to f32.
+constexpr int kLfStep = 64;
+
+template <uint32_t T>
+__global__ void __launch_bounds__(kLnWarps * 32) matmat_lane_float_kernel(MatmatArgs a) {
+  __shared__ float xs[32 * (kLfStep + 1)];
+  __shared__ float wf[kLnWarps][kLfStep];
+  const int g = blockIdx.y;
+  const int n = a.cnt ? a.cnt[g] : a.n_tok;
+  if (n <= 0 || static_cast<int64_t>(blockIdx.x) * kLnWarps >= a.n_rows) return;  // whole block
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnWarps + warp;
+  const bool active = r < a.n_rows;
+  const uint8_t* wrow = a.w + static_cast<size_t>(a.row0 + g * a.group_rows + (active ? r : 0)) * a.row_bytes;
+  const int32_t* list = a.list ? a.list + g * a.list_stride : nullptr;
+  for (int k0 = 0; k0 < n; k0 += 32) {
+    const int nt = n - k0 < 32 ? n - k0 : 32;
+    const int64_t e = lane < nt ? (list ? list[k0 + lane] : k0 + lane) : 0;
+    float acc[16];
+#pragma unroll
+    for (int c = 0; c < 16; ++c) acc[c] = 0.0f;
+    for (int64_t c0 = 0; c0 < a.cols; c0 += kLfStep) {
+      const int nv = static_cast<int>(a.cols - c0 < kLfStep ? a.cols - c0 : kLfStep);  // a multiple of 16
+      for (int i = threadIdx.x; i < nt * nv; i += blockDim.x) {
+        const int k = i / nv, v = i % nv;
+        const int64_t ek = list ? list[k0 + k] : k0 + k;
+        const auto* src = reinterpret_cast<const float*>(
+            a.act + static_cast<size_t>((ek / a.in_div) * a.in_mul + g * a.in_gmul) * a.act_stride);
+        cp_async4(&xs[k * (kLfStep + 1) + v], src + c0 + v);
+      }
+      if (active)
+        for (int v = lane; v < nv; v += 32) wf[warp][v] = load_w<T>(wrow, static_cast<int>(c0 + v));
+      cp_async_wait();
+      __syncthreads();
+      if (active && lane < nt) {
+        const float* xk = &xs[lane * (kLfStep + 1)];
+        for (int v0 = 0; v0 < nv; v0 += 16) {
+#pragma unroll
+          for (int c = 0; c < 16; ++c) {
+            const float p = wf[warp][v0 + c] * xk[v0 + c];
+            acc[c] = acc[c] + p;
+          }
+        }
+      }
+      __syncthreads();
+    }
+    if (active && lane < nt) {
+      float t[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) t[c] = acc[c] + acc[c + 8];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) t[c] = t[c] + t[c + 4];
+      t[0] = t[0] + t[2];
+      t[1] = t[1] + t[3];
+      a.y[e * a.y_stride + g * a.y_gstride + r] = t[0] + t[1];
+    }
+  }
+}
+
 template <uint32_t T>
 void launch_matmat(const MatmatArgs& a, int groups) {
+  if constexpr (T == kF32 || T == kF16 || T == kBF16) {
+    if (!lane_matmat_off() && a.cols % 16 == 0) {
+      const dim3 grid(static_cast<unsigned>((a.n_rows + kLnWarps - 1) / kLnWarps), static_cast<unsigned>(groups));
+      matmat_lane_float_kernel<T><<<grid, kLnWarps * 32, 0, launch_stream()>>>(a);
+      return;
+    }
+  }
+  if constexpr (T == kQ8_0 || T == kMXFP4) {
+    if (!lane_matmat_off()) {
+      const dim3 grid(static_cast<unsigned>((a.n_rows + kLnWarps - 1) / kLnWarps), static_cast<unsigned>(groups));
+      matmat_lane_kernel<T><<<grid, kLnWarps * 32, 0, launch_stream()>>>(a);
+      return;
+    }
+  }
   const bool vec = reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.row_bytes % 16 == 0;
   const dim3 grid(static_cast<unsigned>((a.n_rows + kMmWarps - 1) / kMmWarps), static_cast<unsigned>(groups));
   auto* k = vec ? matmat_kernel<T, true> : matmat_kernel<T, false>;
