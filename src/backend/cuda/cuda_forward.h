@@ -8,6 +8,10 @@
 // DS4_CUDA_GRAPH=0 in the environment to launch the kernels one by one instead (same kernels,
 // same results). DS4_CUDA_PROFILE=1 times every operation of every step instead (graphs off)
 // and prints the per-operation table to stderr when the session ends (step_profile.h).
+//
+// Prompts (eval of more than one token) run layer-major instead (cuda_prefill.cpp), in chunks
+// of up to batch_tokens() tokens with the same kernels' arithmetic: bit-identical to stepping.
+// DS4_CUDA_PREFILL_PROFILE=1 prints the prefill's per-phase device time when the session ends.
 #pragma once
 
 #include <cuda_runtime_api.h>

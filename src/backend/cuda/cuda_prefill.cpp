@@ -171,10 +171,8 @@ void CudaForward::batch_chunk(int64_t pos0, int n, float* all_logits, float* las
 void CudaForward::batch_hc_pre(int n, const DevMatrix& fn, const DeviceArray<float>& scale,
                                const DeviceArray<float>& base, const DeviceArray<float>& norm) {
   Batch& b = *batch_;
-  const int64_t D = c_.n_embd, hc = static_cast<int64_t>(c_.hc_dim()), mix = static_cast<int64_t>(c_.hc_mix());
+  const int64_t D = c_.n_embd;
   const int nh = static_cast<int>(c_.n_hc);
-  (void)hc;
-  (void)mix;
   batch_hc_norm_mv(fn, b.x.get(), n, b.mix.get());
   hc_sinkhorn(b.mix.get(), scale.get(), base.get(), nh, static_cast<int>(c_.hc_sinkhorn_iter), c_.hc_eps,
               b.post.get(), b.comb.get(), n);
@@ -193,7 +191,6 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
   DevLayerKv& kv = kv_[il];
   Batch& b = *batch_;
   const int64_t D = c_.n_embd, HD = c_.head_dim, QL = c_.q_lora_rank, QD = c_.q_dim();
-  const int64_t hc = static_cast<int64_t>(c_.hc_dim());
   const int nhead = static_cast<int>(c_.n_head), nh = static_cast<int>(c_.n_hc);
   const uint32_t ratio = kv.ratio;
   const float* rope = ratio ? rope_comp_.get() : rope_dense_.get();
@@ -290,7 +287,6 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
   matmat(o);
   mm(L.attn_output_b, b.low.get(), LOW, n, b.y.get());
   pmark(1);
-  (void)hc;
   hc_post(b.y.get(), b.x.get(), b.post.get(), b.comb.get(), nh, D, b.x_next.get(), n);
   std::swap(b.x, b.x_next);
 }
@@ -298,7 +294,7 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
 void CudaForward::batch_ffn(uint32_t il, int64_t pos0, int n) {
   const DevLayer& L = dw_.layers[il];
   Batch& b = *batch_;
-  const int64_t D = c_.n_embd, FF = c_.n_ff_exp, hc = static_cast<int64_t>(c_.hc_dim());
+  const int64_t D = c_.n_embd, FF = c_.n_ff_exp;
   const int U = static_cast<int>(c_.n_expert_used), E = static_cast<int>(c_.n_expert), nh = static_cast<int>(c_.n_hc);
   const float clamp = c_.swiglu_clamp_of(il);
 
@@ -353,7 +349,6 @@ void CudaForward::batch_ffn(uint32_t il, int64_t pos0, int n) {
   matmat(o);
   pmark(2);
   // y = (routed outputs in ascending expert id) + shared, then HC post (the decode combine).
-  (void)hc;
   moe_combine_hc_post(b.down.get(), b.order.get(), U, D, b.sh_down.get(), b.x.get(), b.post.get(), b.comb.get(), nh,
                       b.x_next.get(), n);
   pmark(0);
