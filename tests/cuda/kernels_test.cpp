@@ -259,7 +259,7 @@ TEST_F(CudaKernels, FusedActivationQuantizationMatchesCpu) {
       const size_t a0 = quant::act_row_bytes(quant::ActType::Q8_0, d), ak = quant::act_row_bytes(quant::ActType::Q8_K, d);
       cuda::DeviceArray<uint8_t> q0(a0), qk(ak);
       cuda::hc_pre_weights(dmix.get(), dsc.get(), dbase.get(), nh, 1e-6f, dxx.get(), d, pre.get(), sub.get(),
-                           dnw.get(), model::kRmsEps, h.get(), q0.get(), qk.get());
+                           dnw.get(), model::kRmsEps, h.get(), 1, q0.get(), qk.get());
       cuda::check(cudaDeviceSynchronize(), "hc_pre_weights");
       const std::vector<float> hv = download(h, static_cast<size_t>(d));
       EXPECT_EQ(download(q0, a0), cpu_act(quant::ActType::Q8_0, hv)) << d;

@@ -49,6 +49,9 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (c.n_expert > 4096) fail("CUDA backend: {} experts exceed the supported 4096", c.n_expert);
   if (c.n_hc > 5) fail("CUDA backend: {} hyper-connection streams exceed the supported 5", c.n_hc);
   n_pair_ = static_cast<int>(c.n_rot / 2);
+  if (const char* b = std::getenv("DS4_CUDA_BATCH")) batch_tokens_ = std::max(1, std::atoi(b));
+  if (const char* pp = std::getenv("DS4_CUDA_PREFILL_PROFILE"); pp && std::strcmp(pp, "0") != 0)
+    pprof_ = std::make_unique<PrefillProfile>();
   const char* g = std::getenv("DS4_CUDA_GRAPH");
   use_graphs_ = !(g && std::strcmp(g, "0") == 0);
   if (StepProfile::requested()) {
@@ -169,6 +172,20 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
 
 CudaForward::~CudaForward() {
   if (prof_) std::fputs(prof_->report().c_str(), stderr);
+  if (pprof_ && pprof_->tokens > 0) {
+    static const char* names[5] = {"HC, norms, RoPE, router, combine (batched small kernels)",
+                                   "dense multi-token matvecs (attention, shared expert, router, compressors)",
+                                   "routed experts (grouping, gate/up/down matmats, SwiGLU)",
+                                   "token-by-token loop (KV store, compressors, indexer, attention)",
+                                   "output head + logits copy"};
+    double total = 0;
+    for (double v : pprof_->ms) total += v;
+    std::fprintf(stderr, "ds4 CUDA prefill profile: %lld tokens, %.3f ms/token\n",
+                 static_cast<long long>(pprof_->tokens), total / static_cast<double>(pprof_->tokens));
+    for (int i = 0; i < 5; ++i)
+      std::fprintf(stderr, "  %7.3f ms/token %5.1f %%  %s\n", pprof_->ms[i] / static_cast<double>(pprof_->tokens),
+                   total > 0 ? 100.0 * pprof_->ms[i] / total : 0.0, names[i]);
+  }
   for (auto& row : graphs_)
     for (cudaGraphExec_t g : row)
       if (g) cudaGraphExecDestroy(g);
@@ -206,6 +223,10 @@ void CudaForward::eval(std::span<const int32_t> tokens, int64_t pos0, std::span<
   if (!all_logits.empty() && all_logits.size() < static_cast<size_t>(n) * V)
     fail("all_logits buffer too small");
   tokens_.upload(tokens.data(), tokens.size(), static_cast<size_t>(pos0));
+  if (n > 1 && batch_tokens_ > 1 && !shard_ && !prof_) {
+    eval_batched(tokens, pos0, last_logits, all_logits);
+    return;
+  }
   for (int64_t t = 0; t < n; ++t) {
     float* out = nullptr;
     if (!all_logits.empty()) out = &all_logits[t * V];
@@ -272,7 +293,7 @@ void CudaForward::launch_step(bool indexer_on, bool logits) {
     ffn_layer(il);
   }
   if (logits) {  // output head (spec §3.6)
-    hc_norm_mv(dw_.output_hc_fn, head_pre_.get());
+    hc_norm_mv(dw_.output_hc_fn, x_.get(), head_pre_.get());
     hc_output(head_pre_.get(), dw_.output_hc_scale.get(), dw_.output_hc_base.get(),
               static_cast<int>(nh), c_.hc_eps, x_.get(), static_cast<int64_t>(D), z_.get());
     rms_norm(z_.get(), dw_.output_norm.get(), z_.get(), static_cast<int64_t>(D), 1, c_.rms_eps);
@@ -284,17 +305,17 @@ void CudaForward::launch_step(bool indexer_on, bool logits) {
   // captured graph's pointers stay valid for the next step.
 }
 
-void CudaForward::hc_norm_mv(const DevMatrix& fn, float* out) {
+void CudaForward::hc_norm_mv(const DevMatrix& fn, const float* x, float* out) {
   const int64_t n = static_cast<int64_t>(c_.hc_dim());
-  if (!hc_norm_matvec(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x_.get(), c_.rms_eps, out)) {
-    rms_norm(x_.get(), nullptr, flat_.get(), n, 1, c_.rms_eps);
+  if (!hc_norm_matvec(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x, c_.rms_eps, out)) {
+    rms_norm(x, nullptr, flat_.get(), n, 1, c_.rms_eps);
     mv(fn, flat_.get(), out);
   }
 }
 
 void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
                          const DeviceArray<float>& base, const DeviceArray<float>& norm) {
-  hc_norm_mv(fn, mix_.get());
+  hc_norm_mv(fn, x_.get(), mix_.get());
   mark("hc_pre norm+fn matvec");
   // The Sinkhorn iterations (post, comb) are only needed by this sublayer's hc_post: they run on
   // the side stream, beside the sublayer, and hc_post waits for them (join_sinkhorn).
@@ -306,7 +327,7 @@ void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
   }
   check(cudaEventRecord(join_, side_), "cudaEventRecord");
   hc_pre_weights(mix_.get(), scale.get(), base.get(), static_cast<int>(c_.n_hc), c_.hc_eps, x_.get(),
-                 static_cast<int64_t>(c_.n_embd), pre_.get(), sub_in_.get(), norm.get(), c_.rms_eps, h_.get(),
+                 static_cast<int64_t>(c_.n_embd), pre_.get(), sub_in_.get(), norm.get(), c_.rms_eps, h_.get(), 1,
                  h_q8_0_.get(), h_q8_k_.get());
   mark("hc_pre weights+sum+norm");
 }

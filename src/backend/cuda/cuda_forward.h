@@ -8,10 +8,15 @@
 // DS4_CUDA_GRAPH=0 in the environment to launch the kernels one by one instead (same kernels,
 // same results). DS4_CUDA_PROFILE=1 times every operation of every step instead (graphs off)
 // and prints the per-operation table to stderr when the session ends (step_profile.h).
+//
+// Prompts (eval of more than one token) run layer-major instead (cuda_prefill.cpp), in chunks
+// of up to batch_tokens() tokens with the same kernels' arithmetic: bit-identical to stepping.
+// DS4_CUDA_PREFILL_PROFILE=1 prints the prefill's per-phase device time when the session ends.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -53,7 +58,12 @@ class CudaForward {
   CudaForward(const CudaForward&) = delete;
   CudaForward& operator=(const CudaForward&) = delete;
 
-  /// Evaluates tokens at pos0.. one at a time (see BackendSession::eval for the contract).
+  /// Evaluates tokens at pos0.. (see BackendSession::eval for the contract). One token runs the
+  /// decode step (graphs); more run layer-major in chunks of up to batch_tokens() (cuda_prefill.cpp):
+  /// per layer the token-independent work over the whole chunk (multi-token matvecs, norms,
+  /// routed experts grouped by expert), the position-dependent work (KV store, compressors,
+  /// indexer, attention) token by token in order. Both give the same bits for any chunking.
+  /// Token by token instead with an expert shard, DS4_CUDA_PROFILE, or DS4_CUDA_BATCH=0/1.
   void eval(std::span<const int32_t> tokens, int64_t pos0, std::span<float> last_logits,
             std::span<float> all_logits);
   /// Forgets every token.
@@ -63,6 +73,9 @@ class CudaForward {
   /// Replaces the state from `in`. Throws ds4::Error when its ctx or shapes differ.
   void import_state(const model::KvState& in);
   int64_t ctx() const { return ctx_; }
+  /// Most tokens per layer-major chunk (DS4_CUDA_BATCH=N overrides the default 128; <= 1: the
+  /// token-by-token step for every token).
+  int batch_tokens() const { return batch_tokens_; }
 
  private:
   void step(int64_t pos, float* logits);
@@ -70,7 +83,7 @@ class CudaForward {
   // HC pre of one sublayer (spec §3.3) through the sublayer's input norm: h_ = norm(sub_in).
   void hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale, const DeviceArray<float>& base,
               const DeviceArray<float>& norm);
-  void hc_norm_mv(const DevMatrix& fn, float* out);
+  void hc_norm_mv(const DevMatrix& fn, const float* x, float* out);  // out = fn · rms_norm_unweighted(x)
   void join_sinkhorn();  // stream_ waits for the side stream's post/comb (before hc_post)
   void fork(cudaStream_t to, cudaEvent_t ev);  // `to` waits for the work queued on stream_ so far
   // Work beside the main path on stream `s` (branch_ or aux_), all no-ops while profiling:
@@ -116,6 +129,37 @@ class CudaForward {
   }
   void pair(const MatvecOp& a, const MatvecOp& b) { matvec_pair(a, b); }
 
+  // Layer-major prefill (cuda_prefill.cpp): scratch for up to batch_tokens_ tokens, [token][...].
+  struct Batch {
+    DeviceArray<float> x, x_next, mix, pre, post, comb, sub_in, h, y, qr, q, kv_row, ck, cs, ik, is, iq, iw,
+        attn, low, router_logits, probs, sel_w, gate, up, mid, down, sh_gate, sh_up, sh_mid, sh_down, head_pre, z,
+        logits;
+    DeviceArray<int32_t> sel, order, cnt, list;
+    DeviceArray<uint8_t> act;
+  };
+  void eval_batched(std::span<const int32_t> tokens, int64_t pos0, std::span<float> last_logits,
+                    std::span<float> all_logits);
+  void batch_chunk(int64_t pos0, int n, float* all_logits, float* last_logits);
+  void batch_hc_pre(int n, const DevMatrix& fn, const DeviceArray<float>& scale, const DeviceArray<float>& base,
+                    const DeviceArray<float>& norm);
+  void batch_hc_norm_mv(const DevMatrix& fn, const float* x, int n, float* out);  // n tokens of hc_norm_mv
+  void batch_attention(uint32_t il, int64_t pos0, int n);
+  void batch_ffn(uint32_t il, int64_t pos0, int n);
+  // y [n][w.rows] = W · x rows [n][w.cols] (x_stride floats apart) through matmat.
+  void mm(const DevMatrix& w, const float* x, int64_t x_stride, int n, float* y);
+
+  // DS4_CUDA_PREFILL_PROFILE=1: device time of the prefill's phases (the stream is synchronised
+  // at each phase end), printed to stderr when the session ends.
+  struct PrefillProfile {
+    double ms[5] = {};
+    int64_t tokens = 0;
+    std::chrono::steady_clock::time_point last;
+  };
+  void pmark(int phase);  // ends the current phase (PrefillProfile::ms index)
+
+  int batch_tokens_ = 128;
+  std::unique_ptr<PrefillProfile> pprof_;
+  std::unique_ptr<Batch> batch_;
   const model::Config& c_;
   const DeviceWeights& dw_;
   int64_t ctx_;

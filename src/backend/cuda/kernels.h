@@ -5,6 +5,10 @@
 // memory (`pos`, `tokens`), so one captured CUDA graph replays every decode step. Shapes follow the
 // CPU units in src/model and src/quant, whose results the kernels reproduce operation for
 // operation (same summation orders, round-half-even quantizers, no fused multiply-adds).
+// Launchers with an `n_tok` argument (default 1) also run a batch of tokens in one launch
+// (layer-major prefill): token t reads and writes every per-token array at t times its size
+// given above (x [n_hc*d] at t*n_hc*d, ...) and the position pos[t]; each token's values are
+// exactly those of a launch for that token alone.
 #pragma once
 
 #include <cstddef>
@@ -82,6 +86,48 @@ void swiglu_matvec(MatvecOp op, const float* gate, const float* up, float clamp,
 /// matvec calls.
 void matvec_pair(const MatvecOp& a, const MatvecOp& b);
 
+/// One multi-token matvec ("matmat", prefill): for group g in [0, groups) (weight rows
+/// row0 + g*group_rows + r, r in [0, n_rows)) and each of its entries e,
+///   y[e*y_stride + g*y_gstride + r] = vec_dot(W row, input row i),  i = (e / in_div)*in_mul + g*in_gmul,
+/// where input row i is x + i*x_stride (f32, W.cols values; n_in rows in all). Dense mode
+/// (cnt null): the entries of every group are 0..n_tok-1. List mode: group g's entries are
+/// list[g*list_stride + k], k < cnt[g] (device arrays; e.g. g = expert id, e = token*n_used +
+/// slot); a group with no entries costs one empty block per row block. The inputs are quantized
+/// into `act` (>= n_in * act_row_bytes(W.type, W.cols) bytes) in the weight's activation format
+/// unless act_ready (float weights read x directly). Each weight row is read once per 32
+/// entries. Every value equals matvec's (and quant::vec_dot's) bit for bit: same activation
+/// quantization, same per-lane operations in the same order, same final tree.
+struct MatmatOp {
+  const DevMatrix* w = nullptr;
+  int64_t row0 = 0, n_rows = 0, group_rows = 0;
+  int groups = 1;
+  int n_tok = 0;
+  const int32_t* cnt = nullptr;
+  const int32_t* list = nullptr;
+  int64_t list_stride = 0;
+  int64_t in_div = 1, in_mul = 1, in_gmul = 0;
+  const float* x = nullptr;
+  int64_t x_stride = 0;
+  int n_in = 0;
+  float* y = nullptr;
+  int64_t y_stride = 0, y_gstride = 0;
+  uint8_t* act = nullptr;
+  bool act_ready = false;
+};
+
+/// Runs one MatmatOp (see there); nothing for an empty op. One launch (plus the quantization).
+void matmat(const MatmatOp& op);
+
+/// Quantizes n_rows f32 rows (x + i*x_stride, cols values) into consecutive activation rows of
+/// act_row_bytes(type, cols) bytes at `act`, in the activation format of weights of `type`
+/// (quant::quantize_q8_0_act / quantize_q8_k); a no-op for float weight types.
+void quantize_rows(uint32_t type, const float* x, int64_t x_stride, int64_t cols, int n_rows, uint8_t* act);
+
+/// Groups the n entries of sel (expert ids) by expert for matmat's list mode: cnt [n_expert]
+/// (zeroed here, then the entry count of each expert) and list[e*stride + k] = the indices i
+/// with sel[i] == e (stride >= n; order unspecified). Ids outside [0, n_expert) are skipped.
+void group_by_expert(const int32_t* sel, int n, int n_expert, int32_t* cnt, int32_t* list, int64_t stride);
+
 /// RMSNorm of `n_rows` rows of `dim` (model::rms_norm / rms_norm_unweighted / rms_norm_heads):
 /// out = x * (1/sqrt(mean(x^2) + eps)) [* weight]; weight may be null; out may equal x. With
 /// q8_0 non-null (and dim % 32 == 0) the normed rows are also quantized there as Q8_0
@@ -93,47 +139,49 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int 
 /// mix [hc_mix], sub_in [d] = sum_r pre[r] * x[r*d ..], and when norm_w is non-null
 /// h [d] = rms_norm(sub_in, norm_w, norm_eps) (the sublayer's input norm), also quantized into
 /// h_q8_0 (Q8_0 activation row, d % 32 == 0) and h_q8_k (Q8_K row, d % 256 == 0) when those
-/// are non-null, so the sublayer's matvecs need no quantization launch. n_hc <= 5.
+/// are non-null, so the sublayer's matvecs need no quantization launch. n_hc <= 5. With n_tok > 1,
+/// token t's arrays start t rows further (mix, x, pre, sub_in, h and the quantized rows).
 void hc_pre_weights(const float* mix, const float* scale, const float* base, int n_hc, float eps,
                     const float* x, int64_t d, float* pre, float* sub_in, const float* norm_w, float norm_eps,
-                    float* h, uint8_t* h_q8_0 = nullptr, uint8_t* h_q8_k = nullptr);
+                    float* h, int n_tok = 1, uint8_t* h_q8_0 = nullptr, uint8_t* h_q8_k = nullptr);
 
 /// The rest of model::hc_split_sinkhorn: post [n_hc] and the Sinkhorn-normalised comb
 /// [n_hc^2] from mix (one warp; only hc_post needs them, so it can run beside the sublayer).
 void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc, int iters, float eps,
-                 float* post, float* comb);
+                 float* post, float* comb, int n_tok = 1);
 
 /// mix [rows] = W · rms_norm_unweighted(x [cols], eps) for an F32/F16/BF16 matrix (type, data
 /// w, row_bytes per row; model::hc_pre's norm + projection, the same values as rms_norm then
 /// matvec), one launch. Returns false (nothing launched) for other types, unaligned pointers or
 /// rows too long for shared memory; the caller then uses rms_norm + matvec.
 bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
-                    const float* x, float eps, float* y);
+                    const float* x, float eps, float* y, int n_tok = 1);
 
 /// HC post (model::hc_post): out [n_hc*d] from y [d], x [n_hc*d], post, comb.
 void hc_post(const float* y, const float* x, const float* post, const float* comb, int n_hc,
-             int64_t d, float* out);
+             int64_t d, float* out, int n_tok = 1);
 
 /// Output-head HC collapse (model::hc_output_weights + hc_weighted_sum): z [d].
 void hc_output(const float* logits, const float* scale, const float* base, int n_hc, float eps,
-               const float* x, int64_t d, float* z);
+               const float* x, int64_t d, float* z, int n_tok = 1);
 
 /// Tail RoPE (model::rope_tail_apply) on `n_heads` heads of `head_dim` values with the angles of
 /// position *pos from `table` ([position][cos n_pair, sin n_pair], model::rope_angles).
 void rope_tail(float* x, int n_heads, int64_t head_dim, const float* table, int n_pair,
-               const int64_t* pos, bool inverse);
+               const int64_t* pos, bool inverse, int n_tok = 1);
 
 /// rms_norm of n_rows rows of dim (weight may be null) then rope_tail at *pos on each row, and,
 /// when raw is non-null (n_rows == 1), the KV row store of spec §3.4.2: FP8 round trip on
 /// [0, n_fp8), f16 rounding of all dim values, written to ring row *pos % raw_cap of raw (the row
 /// itself keeps the rounded values). One launch.
 void norm_rope(float* x, const float* weight, int64_t dim, int n_rows, float eps, const float* table,
-               int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap);
+               int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap, int n_tok = 1);
 
 /// y[j] = (sum over slots in `order` of down[slot*d + j], from 0) + shared[j], then hc_post of
 /// that y into out [n_hc*d] (one launch).
 void moe_combine_hc_post(const float* down, const int32_t* order, int n_used, int64_t d, const float* shared,
-                         const float* x, const float* post, const float* comb, int n_hc, float* out);
+                         const float* x, const float* post, const float* comb, int n_hc, float* out,
+                         int n_tok = 1);
 
 /// Compressor push, first half (model::Compressor::push): APE row (*pos % ratio) added to the
 /// score, kv/score written to frontier row (ratio 4: 4 + pos % 4, else pos % ratio) of `width`.
@@ -157,7 +205,7 @@ void indexer_qat(float* x, int n_rows, int64_t dim);
 /// Q8_0, `row_bytes` per row) copied into the n_hc streams of x [n_hc*d]
 /// (model::hc_from_embedding).
 void embed(const uint8_t* table, uint32_t type, size_t row_bytes, const int32_t* tokens,
-           const int64_t* pos, int n_hc, int64_t d, float* x);
+           const int64_t* pos, int n_hc, int64_t d, float* x, int n_tok = 1);
 
 /// Fills `n_blocks` blocks at `out` with synth::synth_block(params, i) for i in [0, n_blocks)
 /// (seeded synthetic weights, src/backend/synthetic/synthetic_blocks.h).
@@ -195,7 +243,7 @@ void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim,
 /// expert id (stable). sel/weights/order hold n_used values.
 void router(const float* logits, int n_expert, const float* bias, const int32_t* tid2eid,
             const int32_t* tokens, const int64_t* pos, int n_used, float scale, float* probs,
-            int32_t* sel, float* weights, int32_t* order);
+            int32_t* sel, float* weights, int32_t* order, int n_tok = 1);
 
 /// SwiGLU (model::expert_swiglu) of `groups` rows of n: out = silu(g) * u * w[g] (w null: 1).
 void swiglu(const float* gate, const float* up, int groups, int64_t n, float clamp,

@@ -23,6 +23,9 @@ __global__ void hc_sinkhorn_kernel(const float* mix, const float* scale, const f
                                    float eps, float* post, float* comb) {
   pdl_wait();
   pdl_trigger();
+  mix += blockIdx.x * (2 * n + n * n);  // token blockIdx.x of a batch
+  post += blockIdx.x * n;
+  comb += blockIdx.x * n * n;
   constexpr unsigned kAll = 0xffffffffu;
   const int t = threadIdx.x;
   if (t < n) {
@@ -64,6 +67,13 @@ __global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, const fl
                                                       uint8_t* h_q8_0, uint8_t* h_q8_k) {
   pdl_wait();
   pdl_trigger();
+  mix += blockIdx.x * (2 * n + n * n);  // token blockIdx.x of a batch
+  x += blockIdx.x * n * d;
+  pre += blockIdx.x * n;
+  sub_in += blockIdx.x * d;
+  h += blockIdx.x * d;
+  if (h_q8_0) h_q8_0 += blockIdx.x * (d / 32) * sizeof(BQ8_0Act);
+  if (h_q8_k) h_q8_k += blockIdx.x * (d / 256) * sizeof(BQ8_K);
   __shared__ float s_pre[kMaxHc];
   const int t = threadIdx.x;
   if (t < n) {
@@ -137,6 +147,8 @@ __global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_
                                       float eps, float* y) {
   pdl_wait();
   pdl_trigger();
+  x += blockIdx.y * cols;  // token blockIdx.y of a batch
+  y += blockIdx.y * static_cast<int64_t>(gridDim.x);
   extern __shared__ __align__(16) uint8_t hc_smem[];
   float* v = reinterpret_cast<float*>(hc_smem);  // x, then the products w[i] * (x[i] * s)
   uint8_t* wrow = hc_smem + cols * 4;
@@ -175,6 +187,12 @@ __global__ void hc_post_kernel(const float* y, const float* x, const float* post
                                const float* comb, int n, int64_t d, float* out) {
   pdl_wait();
   pdl_trigger();
+  const int64_t tk = blockIdx.y;  // token of a batch
+  y += tk * d;
+  x += tk * n * d;
+  post += tk * n;
+  comb += tk * n * n;
+  out += tk * n * d;
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (k >= n * d) return;
   const int c = static_cast<int>(k / d);
@@ -188,6 +206,9 @@ __global__ void hc_output_kernel(const float* logits, const float* scale, const 
                                  int n, float eps, const float* x, int64_t d, float* z) {
   pdl_wait();
   pdl_trigger();
+  logits += blockIdx.x * n;  // token blockIdx.x of a batch
+  x += blockIdx.x * n * d;
+  z += blockIdx.x * d;
   __shared__ float w[16];
   if (threadIdx.x == 0)
     for (int i = 0; i < n; ++i) {
@@ -205,20 +226,20 @@ __global__ void hc_output_kernel(const float* logits, const float* scale, const 
 
 void hc_pre_weights(const float* mix, const float* scale, const float* base, int n_hc, float eps,
                     const float* x, int64_t d, float* pre, float* sub_in, const float* norm_w, float norm_eps,
-                    float* h, uint8_t* h_q8_0, uint8_t* h_q8_k) {
+                    float* h, int n_tok, uint8_t* h_q8_0, uint8_t* h_q8_k) {
   if (!norm_w || d % 32 != 0) h_q8_0 = nullptr;
   if (!norm_w || d % 256 != 0) h_q8_k = nullptr;
-  launch_k(hc_pre_kernel, 1, 1024, 0, mix, scale, base, n_hc, eps, x, d, pre, sub_in, norm_w, norm_eps, h,
-           h_q8_0, h_q8_k);
+  launch_k(hc_pre_kernel, static_cast<unsigned>(n_tok), 1024, 0, mix, scale, base, n_hc, eps, x, d, pre, sub_in,
+           norm_w, norm_eps, h, h_q8_0, h_q8_k);
 }
 
 void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc, int iters, float eps,
-                 float* post, float* comb) {
-  launch_k(hc_sinkhorn_kernel, 1, 32, 0, mix, scale, base, n_hc, iters, eps, post, comb);
+                 float* post, float* comb, int n_tok) {
+  launch_k(hc_sinkhorn_kernel, static_cast<unsigned>(n_tok), 32, 0, mix, scale, base, n_hc, iters, eps, post, comb);
 }
 
 bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
-                    const float* x, float eps, float* y) {
+                    const float* x, float eps, float* y, int n_tok) {
   const int wb = type == 0 ? 4 : (type == 1 || type == 30) ? 2 : 0;
   const size_t smem = static_cast<size_t>(cols) * 4 + row_bytes;
   if (wb == 0 || cols % 16 != 0 || row_bytes != static_cast<size_t>(cols) * wb || smem > 200 * 1024 ||
@@ -228,7 +249,7 @@ bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t r
                   : type == 1 ? reinterpret_cast<const void*>(hc_norm_matvec_kernel<1>)
                               : reinterpret_cast<const void*>(hc_norm_matvec_kernel<30>);
   allow_dynamic_smem(k, smem);
-  const unsigned grid = static_cast<unsigned>(rows);
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n_tok));
   if (type == 0) launch_k(hc_norm_matvec_kernel<0>, grid, 1024, smem, w, row_bytes, cols, x, eps, y);
   else if (type == 1) launch_k(hc_norm_matvec_kernel<1>, grid, 1024, smem, w, row_bytes, cols, x, eps, y);
   else launch_k(hc_norm_matvec_kernel<30>, grid, 1024, smem, w, row_bytes, cols, x, eps, y);
@@ -236,13 +257,14 @@ bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t r
 }
 
 void hc_post(const float* y, const float* x, const float* post, const float* comb, int n_hc,
-             int64_t d, float* out) {
-  launch_k(hc_post_kernel, blocks_for(n_hc * d), kThreads, 0, y, x, post, comb, n_hc, d, out);
+             int64_t d, float* out, int n_tok) {
+  launch_k(hc_post_kernel, dim3(blocks_for(n_hc * d), static_cast<unsigned>(n_tok)), kThreads, 0, y, x, post, comb,
+           n_hc, d, out);
 }
 
 void hc_output(const float* logits, const float* scale, const float* base, int n_hc, float eps,
-               const float* x, int64_t d, float* z) {
-  launch_k(hc_output_kernel, 1, kThreads, 0, logits, scale, base, n_hc, eps, x, d, z);
+               const float* x, int64_t d, float* z, int n_tok) {
+  launch_k(hc_output_kernel, static_cast<unsigned>(n_tok), kThreads, 0, logits, scale, base, n_hc, eps, x, d, z);
 }
 
 }  // namespace ds4::cuda

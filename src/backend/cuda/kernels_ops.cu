@@ -34,6 +34,8 @@ __global__ void embed_kernel(const uint8_t* table, uint32_t type, size_t row_byt
                              const int64_t* pos, int n_hc, int64_t d, float* x) {
   pdl_wait();
   pdl_trigger();
+  pos += blockIdx.y;  // token blockIdx.y of a batch
+  x += blockIdx.y * n_hc * d;
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= d) return;
   const uint8_t* row = table + static_cast<size_t>(tokens[*pos]) * row_bytes;
@@ -56,6 +58,8 @@ __global__ void rope_kernel(float* x, int n_heads, int64_t head_dim, const float
                             const int64_t* pos, float sign) {
   pdl_wait();
   pdl_trigger();
+  pos += blockIdx.y;
+  x += blockIdx.y * n_heads * head_dim;
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (k >= static_cast<int64_t>(n_heads) * n_pair) return;
   const int64_t h = k / n_pair;
@@ -70,7 +74,8 @@ __global__ void norm_rope_kernel(float* x, const float* w, int64_t dim, float ep
                                  int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap) {
   pdl_wait();
   pdl_trigger();
-  float* row = x + blockIdx.x * dim;
+  pos += blockIdx.y;
+  float* row = x + (blockIdx.y * static_cast<int64_t>(gridDim.x) + blockIdx.x) * dim;
   block_rms_norm_row(row, w, row, dim, eps);
   __syncthreads();
   for (int p = threadIdx.x; p < n_pair; p += blockDim.x)
@@ -111,6 +116,12 @@ __global__ void router_kernel(const float* logits, int n, const float* bias, con
                               int32_t* sel, float* weights, int32_t* order) {
   pdl_wait();
   pdl_trigger();
+  logits += blockIdx.x * static_cast<int64_t>(n);  // token blockIdx.x of a batch
+  p_out += blockIdx.x * static_cast<int64_t>(n);
+  pos += blockIdx.x;
+  sel += blockIdx.x * k;
+  weights += blockIdx.x * k;
+  order += blockIdx.x * k;
   extern __shared__ float router_smem[];
   __shared__ float w_s[32];
   __shared__ int w_i[32];
@@ -200,6 +211,14 @@ __global__ void moe_combine_hc_post_kernel(const float* down, const int32_t* ord
                                            const float* comb, int n, float* out) {
   pdl_wait();
   pdl_trigger();
+  const int64_t tk = blockIdx.y;  // token of a batch
+  down += tk * n_used * d;
+  order += tk * n_used;
+  shared += tk * d;
+  x += tk * n * d;
+  post += tk * n;
+  comb += tk * n * n;
+  out += tk * n * d;
   const int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (k >= n * d) return;
   const int c = static_cast<int>(k / d);
@@ -244,20 +263,22 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int 
 }
 
 void rope_tail(float* x, int n_heads, int64_t head_dim, const float* table, int n_pair,
-               const int64_t* pos, bool inverse) {
-  launch_k(rope_kernel, blocks_for(static_cast<int64_t>(n_heads) * n_pair), kThreads, 0, 
+               const int64_t* pos, bool inverse, int n_tok) {
+  const dim3 grid(blocks_for(static_cast<int64_t>(n_heads) * n_pair), static_cast<unsigned>(n_tok));
+  launch_k(rope_kernel, grid, kThreads, 0, 
       x, n_heads, head_dim, table, n_pair, pos, inverse ? -1.0f : 1.0f);
 }
 
 void embed(const uint8_t* table, uint32_t type, size_t row_bytes, const int32_t* tokens,
-           const int64_t* pos, int n_hc, int64_t d, float* x) {
-  launch_k(embed_kernel, blocks_for(d), kThreads, 0, table, type, row_bytes, tokens, pos, n_hc, d, x);
+           const int64_t* pos, int n_hc, int64_t d, float* x, int n_tok) {
+  launch_k(embed_kernel, dim3(blocks_for(d), static_cast<unsigned>(n_tok)), kThreads, 0, table, type, row_bytes,
+           tokens, pos, n_hc, d, x);
 }
 
 void router(const float* logits, int n_expert, const float* bias, const int32_t* tid2eid,
             const int32_t* tokens, const int64_t* pos, int n_used, float scale, float* probs,
-            int32_t* sel, float* weights, int32_t* order) {
-  launch_k(router_kernel, 1, kThreads, 2 * n_expert * sizeof(float) + n_expert, 
+            int32_t* sel, float* weights, int32_t* order, int n_tok) {
+  launch_k(router_kernel, static_cast<unsigned>(n_tok), kThreads, 2 * n_expert * sizeof(float) + n_expert, 
       logits, n_expert, bias, tid2eid, tokens, pos, n_used, scale, probs, sel, weights, order);
 }
 
@@ -267,13 +288,16 @@ void swiglu(const float* gate, const float* up, int groups, int64_t n, float cla
 }
 
 void norm_rope(float* x, const float* weight, int64_t dim, int n_rows, float eps, const float* table,
-               int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap) {
-  launch_k(norm_rope_kernel, n_rows, kThreads, 0, x, weight, dim, eps, table, n_pair, pos, n_fp8, raw, raw_cap);
+               int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap, int n_tok) {
+  if (raw) n_tok = 1;  // the KV store is one row at a time
+  launch_k(norm_rope_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_tok)), kThreads, 0, x, weight,
+           dim, eps, table, n_pair, pos, n_fp8, raw, raw_cap);
 }
 
 void moe_combine_hc_post(const float* down, const int32_t* order, int n_used, int64_t d, const float* shared,
-                         const float* x, const float* post, const float* comb, int n_hc, float* out) {
-  launch_k(moe_combine_hc_post_kernel, blocks_for(n_hc * d), kThreads, 0, down, order, n_used, d, shared, x,
+                         const float* x, const float* post, const float* comb, int n_hc, float* out, int n_tok) {
+  launch_k(moe_combine_hc_post_kernel, dim3(blocks_for(n_hc * d), static_cast<unsigned>(n_tok)), kThreads, 0, down,
+           order, n_used, d, shared, x,
                                                                              post, comb, n_hc, out);
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/async_copy.cuh"
@@ -605,7 +606,7 @@ namespace {
 // Quantizes `rows` rows of `cols` values from `src` into activation blocks of format `at`
 // (Q8_0 or Q8_K), rows `act_bytes` apart: 4 warps of 32 per launch block, one per quant block.
 template <class Src>
-void quantize_rows(ActFormat at, Src src, int64_t cols, int rows, uint8_t* act, size_t act_bytes) {
+void quantize_src(ActFormat at, Src src, int64_t cols, int rows, uint8_t* act, size_t act_bytes) {
   const int64_t blocks = (at == ActFormat::Q8_0 ? cols / 32 : cols / 256) * rows;
   const unsigned nblk = static_cast<unsigned>((blocks + 3) / 4);
   if (at == ActFormat::Q8_0) launch_k(quant_q8_0_kernel<Src>, nblk, 128, 0, src, cols, rows, act, act_bytes);
@@ -628,7 +629,7 @@ MatvecArgs prepare(const MatvecOp& op) {
   }
   a.act = op.act;
   if (op.act_ready) return a;
-  quantize_rows(at, RowSrc{op.x, op.x_stride}, w.cols, q_rows, op.act, ab);
+  quantize_src(at, RowSrc{op.x, op.x_stride}, w.cols, q_rows, op.act, ab);
   return a;
 }
 
@@ -678,7 +679,7 @@ void swiglu_matvec(MatvecOp op, const float* gate, const float* up, float clamp,
     return;
   }
   if (op.n_rows > 0 && op.groups > 0)
-    quantize_rows(at, SwigluSrc{gate, up, n, clamp, gate_w}, n, op.groups, op.act, act_row_bytes(op.w->type, n));
+    quantize_src(at, SwigluSrc{gate, up, n, clamp, gate_w}, n, op.groups, op.act, act_row_bytes(op.w->type, n));
   op.act_ready = true;
   run_single(op);
 }
@@ -703,6 +704,353 @@ void matvec_pair(const MatvecOp& a, const MatvecOp& b) {
   }
   jobs.job[1] = prepare(bb);
   launch_jobs(a.w->type, jobs, 2, a.groups);
+}
+
+namespace {
+
+// ---- the multi-token matvec ("matmat") -------------------------------------------------------
+//
+// Prefill reads each weight row once for many tokens. One warp per output row, kMmWarps rows per
+// block, blockIdx.y the group (a weight group, or an expert in list mode). The warp stages its
+// row chunk by chunk into shared memory (as matvec_kernel does) and, per chunk, runs dot_chunk
+// for each of up to kMmTok tokens against that token's activation (read from global memory,
+// cached in L1), keeping every token's per-lane running value in shared memory. Each token's
+// value therefore goes through exactly matvec_kernel's per-lane operations in the same order:
+// chunks are whole multiples of 16 blocks (the lane partitions of F32/F16/BF16 and Q8_0/MXFP4
+// restart on the same lane at every chunk start; the K-quants sum blocks in order), and
+// dot_finish is the same final tree. Results equal matvec (and quant::vec_dot) bit for bit.
+
+// DS4_CUDA_MATMAT_LANE=0: the Q8_0/MXFP4 and float formats use matmat_kernel too (comparisons).
+bool lane_matmat_off() {
+  static const bool off = [] {
+    const char* v = std::getenv("DS4_CUDA_MATMAT_LANE");
+    return v && v[0] == '0';
+  }();
+  return off;
+}
+
+constexpr int kMmWarps = 8;
+constexpr int kMmTok = 32;      // tokens per pass over the weights
+constexpr int kMmStage = 2304;  // staging bytes per warp (>= every MmChunk's bytes)
+
+template <uint32_t T>
+struct MmChunk {
+  static constexpr int kRaw = (2048 / Fmt<T>::kBytes) / 16 * 16;
+  static constexpr int kBlocks = kRaw > 16 ? kRaw : 16;
+  static_assert(kBlocks * Fmt<T>::kBytes <= kMmStage, "matmat chunk exceeds its staging buffer");
+};
+
+struct MatmatArgs {
+  const uint8_t* w;
+  size_t row_bytes;
+  int64_t cols, n_rows, row0, group_rows;
+  int n_tok;
+  const int32_t* cnt;
+  const int32_t* list;
+  int64_t list_stride;
+  int64_t in_div, in_mul, in_gmul;
+  const uint8_t* act;
+  size_t act_stride;  // bytes between input rows (quantized rows, or f32 rows for float weights)
+  float* y;
+  int64_t y_stride, y_gstride;
+};
+
+constexpr size_t kMmSmem = static_cast<size_t>(kMmWarps) * kMmStage +
+                           static_cast<size_t>(kMmWarps) * kMmTok * 32 * sizeof(float) + sizeof(Tables);
+
+template <uint32_t T, bool kVec>
+__global__ void __launch_bounds__(kMmWarps * 32) matmat_kernel(MatmatArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  extern __shared__ __align__(16) uint8_t mm_smem[];
+  uint8_t* stage = mm_smem;
+  float* accs = reinterpret_cast<float*>(mm_smem + kMmWarps * kMmStage);
+  Tables& tab = *reinterpret_cast<Tables*>(mm_smem + kMmWarps * kMmStage + kMmWarps * kMmTok * 32 * sizeof(float));
+  const int g = blockIdx.y;
+  const int n = a.cnt ? a.cnt[g] : a.n_tok;
+  if (n <= 0 || static_cast<int64_t>(blockIdx.x) * kMmWarps >= a.n_rows) return;  // whole block
+  if constexpr (T == kIQ2_XXS) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) tab.grid[i] = c_iq2_grid[i];
+    __syncthreads();
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kMmWarps + warp;
+  if (r >= a.n_rows) return;  // no block-wide barrier follows
+  const uint8_t* wrow = a.w + static_cast<size_t>(a.row0 + g * a.group_rows + r) * a.row_bytes;
+  uint8_t* sm = stage + warp * kMmStage;
+  float* acc = accs + warp * kMmTok * 32;
+  constexpr int CB = MmChunk<T>::kBlocks;
+  constexpr int kBytes = Fmt<T>::kBytes;
+  constexpr int kAct = ActFmt<T>::kBytes;
+  const int64_t nblk = a.cols / Fmt<T>::kVals;
+  const int32_t* list = a.list ? a.list + g * a.list_stride : nullptr;
+  for (int k0 = 0; k0 < n; k0 += kMmTok) {
+    const int nt = n - k0 < kMmTok ? n - k0 : kMmTok;
+    for (int k = 0; k < nt; ++k) acc[k * 32 + lane] = 0.0f;
+    for (int64_t c0 = 0; c0 < nblk; c0 += CB) {
+      const int nb = static_cast<int>(nblk - c0 < CB ? nblk - c0 : CB);
+      stage_bytes<kVec>(wrow + c0 * kBytes, nb * kBytes, sm, lane);
+      cp_async_wait();
+      __syncwarp();
+      for (int k = 0; k < nt; ++k) {
+        const int64_t e = list ? list[k0 + k] : k0 + k;
+        const uint8_t* x = a.act + static_cast<size_t>((e / a.in_div) * a.in_mul + g * a.in_gmul) * a.act_stride +
+                           c0 * kAct;
+        acc[k * 32 + lane] = dot_chunk<T>(sm, x, nb, lane, tab, acc[k * 32 + lane]);
+      }
+      __syncwarp();  // the stage is rewritten next
+    }
+    for (int k = 0; k < nt; ++k) {
+      const int64_t e = list ? list[k0 + k] : k0 + k;
+      const float v = dot_finish<T>(acc[k * 32 + lane]);
+      if (lane == 0) a.y[e * a.y_stride + g * a.y_gstride + r] = v;
+    }
+    __syncwarp();
+  }
+}
+
+// Token-per-lane matmat for the Q8_0-style formats (Q8_0, MXFP4: 32-value blocks, one scale,
+// Q8_0 activations), where matmat_kernel spends most of its instructions on lane bookkeeping:
+// lane k of a warp computes token k's dot of the warp's row. Per step of 8 blocks the block
+// stages the 32 tokens' activation blocks in shared memory (rows padded to 73 words: lanes read
+// different banks), each warp repacks its row's 8 blocks into int8x4 words (MXFP4: its doubled
+// E2M1 codes) and f32 scales, then every lane forms each block's exact integer dot and
+// s_b = (scale_w * d_x) * (float)isum_b into accumulator b mod 8, in block order — the
+// per-accumulator sequence of quant::ref and matvec_kernel — and at the end the same tree
+// ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)). Bit-identical to matvec.
+constexpr int kLnWarps = 8;
+constexpr int kLnStep = 8;                        // blocks per step (one per accumulator)
+constexpr int kLnRowWords = kLnStep * 9 + 1;      // 8 activation blocks of 9 words, + 1 pad word
+
+template <uint32_t T>
+__global__ void __launch_bounds__(kLnWarps * 32) matmat_lane_kernel(MatmatArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ int xs[32 * kLnRowWords];
+  __shared__ int wq[kLnWarps][kLnStep * 8];
+  __shared__ float wsc[kLnWarps][kLnStep];
+  const int g = blockIdx.y;
+  const int n = a.cnt ? a.cnt[g] : a.n_tok;
+  if (n <= 0 || static_cast<int64_t>(blockIdx.x) * kLnWarps >= a.n_rows) return;  // whole block
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnWarps + warp;
+  const bool active = r < a.n_rows;  // idle warps still take part in the barriers
+  constexpr int kBytes = Fmt<T>::kBytes;
+  const uint8_t* wrow = a.w + static_cast<size_t>(a.row0 + g * a.group_rows + (active ? r : 0)) * a.row_bytes;
+  const int64_t nblk = a.cols / 32;
+  const int32_t* list = a.list ? a.list + g * a.list_stride : nullptr;
+  for (int k0 = 0; k0 < n; k0 += 32) {
+    const int nt = n - k0 < 32 ? n - k0 : 32;
+    const int64_t e = lane < nt ? (list ? list[k0 + lane] : k0 + lane) : 0;
+    float acc[kLnStep];
+#pragma unroll
+    for (int j = 0; j < kLnStep; ++j) acc[j] = 0.0f;
+    for (int64_t c0 = 0; c0 < nblk; c0 += kLnStep) {
+      const int nb = static_cast<int>(nblk - c0 < kLnStep ? nblk - c0 : kLnStep);
+      // Activation tile: token k's nb blocks (9 words each) at xs[k * kLnRowWords].
+      const int words = nb * 9;
+      for (int i = threadIdx.x; i < nt * words; i += blockDim.x) {
+        const int k = i / words, w = i % words;
+        const int64_t ek = list ? list[k0 + k] : k0 + k;
+        const auto* src = reinterpret_cast<const int*>(
+            a.act + static_cast<size_t>((ek / a.in_div) * a.in_mul + g * a.in_gmul) * a.act_stride + c0 * 36);
+        cp_async4(&xs[k * kLnRowWords + w], src + w);
+      }
+      // This warp's row: block j = lane / 4, part = lane % 4 (values 8*part .. 8*part+7).
+      if (active) {
+        const int j = lane >> 2, part = lane & 3;
+        if (j < nb) {
+          const uint8_t* wb = wrow + (c0 + j) * kBytes;
+          int w0, w1;
+          if constexpr (T == kQ8_0) {
+            const uint8_t* q = wb + 2 + 8 * part;
+            w0 = static_cast<int>(ld16(q) | (ld16(q + 2) << 16));
+            w1 = static_cast<int>(ld16(q + 4) | (ld16(q + 6) << 16));
+            if (part == 0) wsc[warp][j] = h2f(ld16(wb));
+          } else {
+            uint32_t v[2] = {0, 0};
+            for (int t = 0; t < 8; ++t) {
+              const int jj = 8 * part + t;
+              const int code = jj < 16 ? (wb[1 + jj] & 15) : (wb[1 + jj - 16] >> 4);
+              v[t / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(c_mx_doubled[code])) << (8 * (t % 4));
+            }
+            w0 = static_cast<int>(v[0]);
+            w1 = static_cast<int>(v[1]);
+            if (part == 0) wsc[warp][j] = c_mx_half[wb[0]];
+          }
+          wq[warp][j * 8 + 2 * part] = w0;
+          wq[warp][j * 8 + 2 * part + 1] = w1;
+        }
+      }
+      cp_async_wait();
+      __syncthreads();
+      if (active && lane < nt) {
+        const int* xk = &xs[lane * kLnRowWords];
+#pragma unroll
+        for (int j = 0; j < kLnStep; ++j) {
+          if (j < nb) {
+            int isum = 0;
+#pragma unroll
+            for (int w = 0; w < 8; ++w) isum = __dp4a(wq[warp][j * 8 + w], xk[j * 9 + 1 + w], isum);
+            const float xd = __int_as_float(xk[j * 9]);
+            const float s = (wsc[warp][j] * xd) * static_cast<float>(isum);
+            acc[j] = acc[j] + s;
+          }
+        }
+      }
+      __syncthreads();  // the tiles are rewritten next step
+    }
+    if (active && lane < nt) {
+      const float out = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+      a.y[e * a.y_stride + g * a.y_gstride + r] = out;
+    }
+  }
+}
+
+// Token-per-lane matmat for the float formats (F32, F16, BF16): lane k computes token k's dot
+// of the warp's row with the reference's 16 chains (element i into chain i mod 16, products
+// rounded then added in element order) held as 16 registers, then the reference's tree
+// (c, c+8), (c, c+4), (c, c+2), (0, 1). Per step of 64 elements the block stages the 32
+// tokens' inputs (rows padded to 65 words) and each warp its row converted to f32.
+constexpr int kLfStep = 64;
+
+template <uint32_t T>
+__global__ void __launch_bounds__(kLnWarps * 32) matmat_lane_float_kernel(MatmatArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float xs[32 * (kLfStep + 1)];
+  __shared__ float wf[kLnWarps][kLfStep];
+  const int g = blockIdx.y;
+  const int n = a.cnt ? a.cnt[g] : a.n_tok;
+  if (n <= 0 || static_cast<int64_t>(blockIdx.x) * kLnWarps >= a.n_rows) return;  // whole block
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnWarps + warp;
+  const bool active = r < a.n_rows;
+  const uint8_t* wrow = a.w + static_cast<size_t>(a.row0 + g * a.group_rows + (active ? r : 0)) * a.row_bytes;
+  const int32_t* list = a.list ? a.list + g * a.list_stride : nullptr;
+  for (int k0 = 0; k0 < n; k0 += 32) {
+    const int nt = n - k0 < 32 ? n - k0 : 32;
+    const int64_t e = lane < nt ? (list ? list[k0 + lane] : k0 + lane) : 0;
+    float acc[16];
+#pragma unroll
+    for (int c = 0; c < 16; ++c) acc[c] = 0.0f;
+    for (int64_t c0 = 0; c0 < a.cols; c0 += kLfStep) {
+      const int nv = static_cast<int>(a.cols - c0 < kLfStep ? a.cols - c0 : kLfStep);  // a multiple of 16
+      for (int i = threadIdx.x; i < nt * nv; i += blockDim.x) {
+        const int k = i / nv, v = i % nv;
+        const int64_t ek = list ? list[k0 + k] : k0 + k;
+        const auto* src = reinterpret_cast<const float*>(
+            a.act + static_cast<size_t>((ek / a.in_div) * a.in_mul + g * a.in_gmul) * a.act_stride);
+        cp_async4(&xs[k * (kLfStep + 1) + v], src + c0 + v);
+      }
+      if (active)
+        for (int v = lane; v < nv; v += 32) wf[warp][v] = load_w<T>(wrow, static_cast<int>(c0 + v));
+      cp_async_wait();
+      __syncthreads();
+      if (active && lane < nt) {
+        const float* xk = &xs[lane * (kLfStep + 1)];
+        for (int v0 = 0; v0 < nv; v0 += 16) {
+#pragma unroll
+          for (int c = 0; c < 16; ++c) {
+            const float p = wf[warp][v0 + c] * xk[v0 + c];
+            acc[c] = acc[c] + p;
+          }
+        }
+      }
+      __syncthreads();
+    }
+    if (active && lane < nt) {
+      float t[8];
+#pragma unroll
+      for (int c = 0; c < 8; ++c) t[c] = acc[c] + acc[c + 8];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) t[c] = t[c] + t[c + 4];
+      t[0] = t[0] + t[2];
+      t[1] = t[1] + t[3];
+      a.y[e * a.y_stride + g * a.y_gstride + r] = t[0] + t[1];
+    }
+  }
+}
+
+template <uint32_t T>
+void launch_matmat(const MatmatArgs& a, int groups) {
+  if constexpr (T == kF32 || T == kF16 || T == kBF16) {
+    if (!lane_matmat_off() && a.cols % 16 == 0) {
+      const dim3 grid(static_cast<unsigned>((a.n_rows + kLnWarps - 1) / kLnWarps), static_cast<unsigned>(groups));
+      launch_k(matmat_lane_float_kernel<T>, grid, kLnWarps * 32, 0, a);
+      return;
+    }
+  }
+  if constexpr (T == kQ8_0 || T == kMXFP4) {
+    if (!lane_matmat_off()) {
+      const dim3 grid(static_cast<unsigned>((a.n_rows + kLnWarps - 1) / kLnWarps), static_cast<unsigned>(groups));
+      launch_k(matmat_lane_kernel<T>, grid, kLnWarps * 32, 0, a);
+      return;
+    }
+  }
+  const bool vec = reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.row_bytes % 16 == 0;
+  const dim3 grid(static_cast<unsigned>((a.n_rows + kMmWarps - 1) / kMmWarps), static_cast<unsigned>(groups));
+  auto* k = vec ? matmat_kernel<T, true> : matmat_kernel<T, false>;
+  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kMmSmem));
+  launch_k(k, grid, kMmWarps * 32, kMmSmem, a);
+}
+
+}  // namespace
+
+void quantize_rows(uint32_t type, const float* x, int64_t x_stride, int64_t cols, int n_rows, uint8_t* act) {
+  const ActFormat at = act_of(type);
+  if (at == ActFormat::F32 || at == ActFormat::Bad || n_rows <= 0) return;
+  quantize_src(at, RowSrc{x, x_stride}, cols, n_rows, act, act_row_bytes(type, cols));
+}
+
+void matmat(const MatmatOp& op) {
+  const DevMatrix& w = *op.w;
+  if (op.n_rows <= 0 || op.groups <= 0 || op.n_in <= 0 || (!op.cnt && op.n_tok <= 0)) return;
+  const ActFormat at = act_of(w.type);
+  MatmatArgs a{w.data, w.row_bytes, w.cols, op.n_rows, op.row0, op.group_rows, op.n_tok, op.cnt, op.list,
+               op.list_stride, op.in_div, op.in_mul, op.in_gmul, nullptr, 0, op.y, op.y_stride, op.y_gstride};
+  if (at == ActFormat::F32) {
+    a.act = reinterpret_cast<const uint8_t*>(op.x);
+    a.act_stride = static_cast<size_t>(op.x_stride) * 4;
+  } else {
+    if (!op.act_ready) quantize_rows(w.type, op.x, op.x_stride, w.cols, op.n_in, op.act);
+    a.act = op.act;
+    a.act_stride = act_row_bytes(w.type, w.cols);
+  }
+  switch (w.type) {
+    case kF32: launch_matmat<kF32>(a, op.groups); break;
+    case kF16: launch_matmat<kF16>(a, op.groups); break;
+    case kBF16: launch_matmat<kBF16>(a, op.groups); break;
+    case kQ8_0: launch_matmat<kQ8_0>(a, op.groups); break;
+    case kMXFP4: launch_matmat<kMXFP4>(a, op.groups); break;
+    case kQ2_K: launch_matmat<kQ2_K>(a, op.groups); break;
+    case kQ4_K: launch_matmat<kQ4_K>(a, op.groups); break;
+    case kIQ2_XXS: launch_matmat<kIQ2_XXS>(a, op.groups); break;
+    default: break;  // rejected by the host side before upload
+  }
+}
+
+namespace {
+
+// One block: cnt[e] = number of entries i with sel[i] == e, list[e*stride + k] = those i (in
+// any order: every entry is computed independently). cnt must be zero on entry.
+__global__ void group_by_expert_kernel(const int32_t* sel, int n, int n_expert, int32_t* cnt, int32_t* list,
+                                       int64_t stride) {
+  pdl_wait();
+  pdl_trigger();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int e = sel[i];
+    if (e < 0 || e >= n_expert) continue;
+    const int k = atomicAdd(&cnt[e], 1);
+    list[e * stride + k] = i;
+  }
+}
+
+}  // namespace
+
+void group_by_expert(const int32_t* sel, int n, int n_expert, int32_t* cnt, int32_t* list, int64_t stride) {
+  cudaMemsetAsync(cnt, 0, static_cast<size_t>(n_expert) * sizeof(int32_t), launch_stream());
+  launch_k(group_by_expert_kernel, 1, 256, 0, sel, n, n_expert, cnt, list, stride);
 }
 
 }  // namespace ds4::cuda

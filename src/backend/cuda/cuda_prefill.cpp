@@ -1,0 +1,358 @@
+// Layer-major prefill of the CUDA backend (CudaForward::eval for more than one token), the
+// design of the CPU forward (backend/cpu/forward.cpp): per layer, the token-independent work of
+// a chunk of tokens runs over the whole chunk (projections as multi-token matvecs that read each
+// weight row once per 32 tokens, norms, SwiGLU, routed experts grouped by expert), and the
+// position-dependent work (KV store, compressors, indexer, attention) token by token in order.
+// Every value is computed by the same kernels in the same operation order as the decode step
+// (matmat equals matvec bit for bit), so logits and state are bit-identical to token-by-token
+// evaluation for any chunking. Everything runs on the main stream.
+#include <algorithm>
+#include <cstdint>
+
+#include "backend/cuda/cuda_forward.h"
+#include "backend/cuda/launch_stream.h"
+#include "common/error.h"
+
+namespace ds4::cuda {
+namespace {
+
+class StreamGuard {
+ public:
+  explicit StreamGuard(cudaStream_t s) : prev_(launch_stream()) { launch_stream() = s; }
+  ~StreamGuard() { launch_stream() = prev_; }
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  cudaStream_t prev_;
+};
+
+}  // namespace
+
+void CudaForward::pmark(int phase) {
+  if (!pprof_) return;
+  check(cudaStreamSynchronize(stream_), "prefill profile");
+  const auto now = std::chrono::steady_clock::now();
+  pprof_->ms[phase] += std::chrono::duration<double, std::milli>(now - pprof_->last).count();
+  pprof_->last = now;
+}
+
+void CudaForward::mm(const DevMatrix& w, const float* x, int64_t x_stride, int n, float* y) {
+  MatmatOp o;
+  o.w = &w;
+  o.n_rows = w.rows;
+  o.n_tok = n;
+  o.x = x;
+  o.x_stride = x_stride;
+  o.n_in = n;
+  o.y = y;
+  o.y_stride = w.rows;
+  o.act = batch_->act.get();
+  matmat(o);
+}
+
+void CudaForward::eval_batched(std::span<const int32_t> tokens, int64_t pos0, std::span<float> last_logits,
+                               std::span<float> all_logits) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  const int64_t T = std::min<int64_t>(batch_tokens_, n);
+  if (!batch_ || batch_->h.size() < static_cast<size_t>(T) * c_.n_embd) {
+    batch_.reset();  // free the smaller scratch first
+    auto b = std::make_unique<Batch>();
+    const size_t t = static_cast<size_t>(T);
+    const size_t hc = c_.hc_dim(), D = c_.n_embd, nh = c_.n_hc, U = c_.n_expert_used, FF = c_.n_ff_exp;
+    const size_t HD = c_.head_dim, ID = c_.indexer_head_dim, E = c_.n_expert;
+    b->x = DeviceArray<float>(t * hc, false);
+    b->x_next = DeviceArray<float>(t * hc, false);
+    b->mix = DeviceArray<float>(t * c_.hc_mix(), false);
+    b->pre = DeviceArray<float>(t * nh, false);
+    b->post = DeviceArray<float>(t * nh, false);
+    b->comb = DeviceArray<float>(t * nh * nh, false);
+    b->sub_in = DeviceArray<float>(t * D, false);
+    b->h = DeviceArray<float>(t * D, false);
+    b->y = DeviceArray<float>(t * D, false);
+    b->qr = DeviceArray<float>(t * c_.q_lora_rank, false);
+    b->q = DeviceArray<float>(t * c_.q_dim(), false);
+    b->kv_row = DeviceArray<float>(t * HD, false);
+    b->ck = DeviceArray<float>(t * 2 * HD, false);
+    b->cs = DeviceArray<float>(t * 2 * HD, false);
+    b->ik = DeviceArray<float>(t * 2 * std::max<size_t>(ID, 1), false);
+    b->is = DeviceArray<float>(t * 2 * std::max<size_t>(ID, 1), false);
+    b->iq = DeviceArray<float>(t * std::max<size_t>(c_.indexer_q_dim(), 1), false);
+    b->iw = DeviceArray<float>(t * std::max<size_t>(c_.n_indexer_head, 1), false);
+    b->attn = DeviceArray<float>(t * c_.q_dim(), false);
+    b->low = DeviceArray<float>(t * c_.out_low_dim(), false);
+    b->router_logits = DeviceArray<float>(t * E, false);
+    b->probs = DeviceArray<float>(t * E, false);
+    b->sel_w = DeviceArray<float>(t * U, false);
+    b->gate = DeviceArray<float>(t * U * FF, false);
+    b->up = DeviceArray<float>(t * U * FF, false);
+    b->mid = DeviceArray<float>(t * U * FF, false);
+    b->down = DeviceArray<float>(t * U * D, false);
+    b->sh_gate = DeviceArray<float>(t * FF, false);
+    b->sh_up = DeviceArray<float>(t * FF, false);
+    b->sh_mid = DeviceArray<float>(t * FF, false);
+    b->sh_down = DeviceArray<float>(t * D, false);
+    b->head_pre = DeviceArray<float>(t * nh, false);
+    b->z = DeviceArray<float>(t * D, false);
+    b->sel = DeviceArray<int32_t>(t * U, false);
+    b->order = DeviceArray<int32_t>(t * U, false);
+    b->cnt = DeviceArray<int32_t>(E, false);
+    b->list = DeviceArray<int32_t>(E * t * U, false);
+    b->act = DeviceArray<uint8_t>(dw_.max_act_bytes * t * std::max<size_t>({U, c_.n_out_group, 1}), false);
+    batch_ = std::move(b);
+  }
+  const size_t V = c_.n_vocab;
+  if (!all_logits.empty() && batch_->logits.size() < static_cast<size_t>(T) * V)
+    batch_->logits = DeviceArray<float>(static_cast<size_t>(T) * V, false);
+  for (int64_t t0 = 0; t0 < n; t0 += T) {
+    const int m = static_cast<int>(std::min(T, n - t0));
+    float* all = all_logits.empty() ? nullptr : &all_logits[t0 * V];
+    float* last = t0 + m == n && !last_logits.empty() ? last_logits.data() : nullptr;
+    batch_chunk(pos0 + t0, m, all, last);
+  }
+}
+
+void CudaForward::batch_chunk(int64_t pos0, int n, float* all_logits, float* last_logits) {
+  // Host copies of the counters, as step() keeps them, after the chunk's last position.
+  const int64_t end = pos0 + n;
+  for (DevLayerKv& L : kv_) {
+    if (!L.ratio) continue;
+    if (static_cast<int64_t>(L.comp_tokens) != pos0)
+      fail("CUDA compressor: position {} out of order, expected {}", pos0, L.comp_tokens);
+    L.comp_tokens = static_cast<uint32_t>(end);
+    L.n_comp = end / L.ratio;
+    if (L.ratio == 4) {
+      L.index_tokens = static_cast<uint32_t>(end);
+      L.n_index = end / 4;
+    }
+  }
+  StreamGuard guard(stream_);
+  Batch& b = *batch_;
+  if (pprof_) {
+    check(cudaStreamSynchronize(stream_), "prefill profile");
+    pprof_->last = std::chrono::steady_clock::now();
+    pprof_->tokens += n;
+  }
+  const int64_t D = c_.n_embd, hc = static_cast<int64_t>(c_.hc_dim());
+  const int nh = static_cast<int>(c_.n_hc);
+  embed(dw_.token_embd.data, dw_.token_embd.type, dw_.token_embd.row_bytes, tokens_.get(), positions_.get() + pos0,
+        nh, D, b.x.get(), n);
+  pmark(0);
+  for (uint32_t il = 0; il < c_.n_layer; ++il) {
+    batch_attention(il, pos0, n);
+    batch_ffn(il, pos0, n);
+  }
+  // Output head (spec §3.6) of every token (all_logits) or of the last one.
+  const size_t V = c_.n_vocab;
+  const int first = all_logits ? 0 : n - 1;
+  if (all_logits || last_logits) {
+    batch_hc_norm_mv(dw_.output_hc_fn, b.x.get() + first * hc, n - first, b.head_pre.get() + first * nh);
+    hc_output(b.head_pre.get() + first * nh, dw_.output_hc_scale.get(), dw_.output_hc_base.get(), nh, c_.hc_eps,
+              b.x.get() + first * hc, D, b.z.get() + first * D, n - first);
+    rms_norm(b.z.get() + first * D, dw_.output_norm.get(), b.z.get() + first * D, D, n - first, c_.rms_eps);
+  }
+  if (all_logits) {
+    mm(dw_.output, b.z.get(), D, n, b.logits.get());
+    check(cudaMemcpyAsync(all_logits, b.logits.get(), static_cast<size_t>(n) * V * sizeof(float),
+                          cudaMemcpyDeviceToHost, stream_),
+          "logits copy");
+    check(cudaStreamSynchronize(stream_), "prefill chunk");
+    if (last_logits) std::copy_n(all_logits + static_cast<size_t>(n - 1) * V, V, last_logits);
+  } else if (last_logits) {
+    mv(dw_.output, b.z.get() + (n - 1) * D, logits_.get());
+    check(cudaMemcpyAsync(last_logits, logits_.get(), V * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+          "logits copy");
+    check(cudaStreamSynchronize(stream_), "prefill chunk");
+  }
+  check(cudaGetLastError(), "prefill chunk");
+  pmark(4);
+}
+
+void CudaForward::batch_hc_pre(int n, const DevMatrix& fn, const DeviceArray<float>& scale,
+                               const DeviceArray<float>& base, const DeviceArray<float>& norm) {
+  Batch& b = *batch_;
+  const int64_t D = c_.n_embd;
+  const int nh = static_cast<int>(c_.n_hc);
+  batch_hc_norm_mv(fn, b.x.get(), n, b.mix.get());
+  hc_sinkhorn(b.mix.get(), scale.get(), base.get(), nh, static_cast<int>(c_.hc_sinkhorn_iter), c_.hc_eps,
+              b.post.get(), b.comb.get(), n);
+  hc_pre_weights(b.mix.get(), scale.get(), base.get(), nh, c_.hc_eps, b.x.get(), D, b.pre.get(), b.sub_in.get(),
+                 norm.get(), c_.rms_eps, b.h.get(), n);
+}
+
+void CudaForward::batch_hc_norm_mv(const DevMatrix& fn, const float* x, int n, float* out) {
+  const int64_t hc = static_cast<int64_t>(c_.hc_dim());
+  if (hc_norm_matvec(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x, c_.rms_eps, out, n)) return;
+  for (int t = 0; t < n; ++t) hc_norm_mv(fn, x + t * hc, out + t * fn.rows);  // the decode step's fallback
+}
+
+void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
+  const DevLayer& L = dw_.layers[il];
+  DevLayerKv& kv = kv_[il];
+  Batch& b = *batch_;
+  const int64_t D = c_.n_embd, HD = c_.head_dim, QL = c_.q_lora_rank, QD = c_.q_dim();
+  const int nhead = static_cast<int>(c_.n_head), nh = static_cast<int>(c_.n_hc);
+  const uint32_t ratio = kv.ratio;
+  const float* rope = ratio ? rope_comp_.get() : rope_dense_.get();
+
+  batch_hc_pre(n, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, L.attn_norm);  // h = attn_norm(sub_in)
+  pmark(0);
+  // Token-independent projections over the chunk (spec §3.4.1-2, §3.4.5, §3.4.7).
+  mm(L.attn_q_a, b.h.get(), D, n, b.qr.get());
+  mm(L.attn_kv, b.h.get(), D, n, b.kv_row.get());
+  rms_norm(b.qr.get(), L.attn_q_a_norm.get(), b.qr.get(), QL, n, c_.rms_eps);
+  mm(L.attn_q_b, b.qr.get(), QL, n, b.q.get());
+  const int64_t CW = (ratio == 4 ? 2 : 1) * HD;
+  const int64_t ID = c_.indexer_head_dim, IW = 2 * ID, IQ = static_cast<int64_t>(c_.indexer_q_dim());
+  const int IH = static_cast<int>(c_.n_indexer_head);
+  if (ratio) {
+    mm(L.comp_kv, b.h.get(), D, n, b.ck.get());
+    mm(L.comp_gate, b.h.get(), D, n, b.cs.get());
+  }
+  const bool any_indexer = ratio == 4 && (pos0 + n) / 4 > static_cast<int64_t>(c_.indexer_top_k);
+  if (ratio == 4) {
+    mm(L.idx_comp_kv, b.h.get(), D, n, b.ik.get());
+    mm(L.idx_comp_gate, b.h.get(), D, n, b.is.get());
+    if (any_indexer) {
+      mm(L.idx_q_b, b.qr.get(), QL, n, b.iq.get());
+      mm(L.idx_proj, b.h.get(), D, n, b.iw.get());
+    }
+  }
+  pmark(1);
+  // Token by token, in order: KV store, compressor pushes, indexer selection, attention.
+  const int64_t* pos_all = positions_.get() + pos0;
+  norm_rope(b.q.get(), nullptr, HD, nhead, c_.rms_eps, rope, n_pair_, pos_all, 0, nullptr, 0, n);  // q heads
+  if (any_indexer) {  // the indexer queries' RoPE and QAT (used by the tokens that select)
+    rope_tail(b.iq.get(), IH, ID, rope, n_pair_, pos_all, false, n);
+    indexer_qat(b.iq.get(), n * IH, ID);
+  }
+  int64_t max_rows = c_.n_swa;
+  if (ratio) max_rows += std::min<int64_t>(ctx_ / ratio + 2, ratio == 4 ? c_.indexer_top_k : INT64_MAX);
+  pmark(0);
+  for (int t = 0; t < n; ++t) {
+    const int64_t p = pos0 + t;
+    const int64_t* pos = positions_.get() + p;
+    float* q = b.q.get() + t * QD;
+    norm_rope(b.kv_row.get() + t * HD, L.attn_kv_a_norm.get(), HD, 1, c_.rms_eps, rope, n_pair_, pos, c_.nope_dim(),
+              kv.raw.get(), raw_cap_);
+    if (ratio) {
+      compressor_store(b.ck.get() + t * CW, b.cs.get() + t * CW, L.comp_ape.get(), CW, ratio, pos, kv.comp_kv.get(),
+                       kv.comp_score.get());
+      compressor_emit(kv.comp_kv.get(), kv.comp_score.get(), ratio, HD, L.comp_norm.get(), c_.rms_eps,
+                      rope_comp_.get(), n_pair_, false, HD - c_.n_rot, pos, row_.get(), kv.comp.get());
+    }
+    if (ratio == 4) {
+      compressor_store(b.ik.get() + t * IW, b.is.get() + t * IW, L.idx_comp_ape.get(), IW, ratio, pos,
+                       kv.index_kv.get(), kv.index_score.get());
+      compressor_emit(kv.index_kv.get(), kv.index_score.get(), ratio, ID, L.idx_comp_norm.get(), c_.rms_eps,
+                      rope_comp_.get(), n_pair_, true, ID - c_.n_rot, pos, row_.get(), kv.index.get());
+    }
+    const uint32_t* sel = nullptr;
+    int64_t n_sel = 0;
+    if (ratio == 4 && (p + 1) / 4 > static_cast<int64_t>(c_.indexer_top_k)) {
+      float* iq = b.iq.get() + t * IQ;
+      const int64_t max_idx = ctx_ / 4 + 2;
+      indexer_scores(iq, b.iw.get() + t * IH, IH, ID, kv.index.get(), pos, 4, max_idx, scores_.get());
+      indexer_top_k(scores_.get(), pos, 4, max_idx, c_.indexer_top_k, top_k_.get());
+      sel = top_k_.get();
+      n_sel = c_.indexer_top_k;
+    }
+    float* out = b.attn.get() + t * QD;
+    sink_attention(q, L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos, kv.comp.get(), ratio,
+                   sel, n_sel, max_rows, att_scratch_.get(), out);
+  }
+  pmark(3);
+  rope_tail(b.attn.get(), nhead, HD, rope, n_pair_, pos_all, true, n);  // inverse RoPE at each query position
+  pmark(0);
+  // Grouped low-rank output projection (spec §3.4.9): group g of token t reads its heads' slice
+  // (input row t*G + g of GI values), writes low[t][g*OL ..].
+  const int64_t GI = c_.group_in_dim(), OL = c_.o_lora_rank, LOW = c_.out_low_dim();
+  const int G = static_cast<int>(c_.n_out_group);
+  if (GI * G != QD) fail("CUDA prefill: {} output groups of {} do not cover the {} attention values", G, GI, QD);
+  MatmatOp o;
+  o.w = &L.attn_output_a;
+  o.n_rows = OL;
+  o.group_rows = OL;
+  o.groups = G;
+  o.n_tok = n;
+  o.in_mul = G;
+  o.in_gmul = 1;
+  o.x = b.attn.get();
+  o.x_stride = GI;
+  o.n_in = n * G;
+  o.y = b.low.get();
+  o.y_stride = LOW;
+  o.y_gstride = OL;
+  o.act = b.act.get();
+  matmat(o);
+  mm(L.attn_output_b, b.low.get(), LOW, n, b.y.get());
+  pmark(1);
+  hc_post(b.y.get(), b.x.get(), b.post.get(), b.comb.get(), nh, D, b.x_next.get(), n);
+  std::swap(b.x, b.x_next);
+}
+
+void CudaForward::batch_ffn(uint32_t il, int64_t pos0, int n) {
+  const DevLayer& L = dw_.layers[il];
+  Batch& b = *batch_;
+  const int64_t D = c_.n_embd, FF = c_.n_ff_exp;
+  const int U = static_cast<int>(c_.n_expert_used), E = static_cast<int>(c_.n_expert), nh = static_cast<int>(c_.n_hc);
+  const float clamp = c_.swiglu_clamp_of(il);
+
+  batch_hc_pre(n, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm);  // h = ffn_norm(sub_in)
+  pmark(0);
+  // Shared expert.
+  mm(L.ffn_gate_shexp, b.h.get(), D, n, b.sh_gate.get());
+  mm(L.ffn_up_shexp, b.h.get(), D, n, b.sh_up.get());
+  swiglu(b.sh_gate.get(), b.sh_up.get(), n, FF, clamp, nullptr, b.sh_mid.get());
+  mm(L.ffn_down_shexp, b.sh_mid.get(), FF, n, b.sh_down.get());
+  // Router (spec §3.5), per token (hash rows read the token at the position).
+  mm(L.ffn_gate_inp, b.h.get(), D, n, b.router_logits.get());
+  pmark(1);
+  const bool hash = c_.is_hash_layer(il);
+  router(b.router_logits.get(), E, L.exp_probs_b.size() ? L.exp_probs_b.get() : nullptr,
+         hash ? L.tid2eid.get() : nullptr, tokens_.get(), positions_.get() + pos0, U, c_.expert_weight_scale,
+         b.probs.get(), b.sel.get(), b.sel_w.get(), b.order.get(), n);
+  // Routed experts: the chunk's (token, slot) entries grouped by expert, one multi-token matvec
+  // per projection over all experts at once (experts nobody chose return at once).
+  pmark(0);
+  const int entries = n * U;
+  group_by_expert(b.sel.get(), entries, E, b.cnt.get(), b.list.get(), entries);
+  MatmatOp o;
+  o.n_rows = o.group_rows = FF;
+  o.groups = E;
+  o.cnt = b.cnt.get();
+  o.list = b.list.get();
+  o.list_stride = entries;
+  o.in_div = U;
+  o.x = b.h.get();
+  o.x_stride = D;
+  o.n_in = n;
+  o.y_stride = FF;
+  o.act = b.act.get();
+  o.w = &L.ffn_gate_exps;
+  o.y = b.gate.get();
+  matmat(o);
+  o.w = &L.ffn_up_exps;
+  o.y = b.up.get();
+  o.act_ready = L.ffn_up_exps.type == L.ffn_gate_exps.type && L.ffn_up_exps.cols == L.ffn_gate_exps.cols;
+  matmat(o);
+  swiglu(b.gate.get(), b.up.get(), entries, FF, clamp, b.sel_w.get(), b.mid.get());
+  o.w = &L.ffn_down_exps;
+  o.n_rows = o.group_rows = D;
+  o.in_div = 1;
+  o.x = b.mid.get();
+  o.x_stride = FF;
+  o.n_in = entries;
+  o.y = b.down.get();
+  o.y_stride = D;
+  o.act_ready = false;
+  matmat(o);
+  pmark(2);
+  // y = (routed outputs in ascending expert id) + shared, then HC post (the decode combine).
+  moe_combine_hc_post(b.down.get(), b.order.get(), U, D, b.sh_down.get(), b.x.get(), b.post.get(), b.comb.get(), nh,
+                      b.x_next.get(), n);
+  pmark(0);
+  std::swap(b.x, b.x_next);
+}
+
+}  // namespace ds4::cuda
