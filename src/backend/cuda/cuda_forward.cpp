@@ -27,18 +27,6 @@ DeviceArray<float> rope_table(const model::RopeParams& p, int64_t ctx) {
   return d;
 }
 
-// Points launch_stream() at a stream for the lifetime of the guard.
-class StreamGuard {
- public:
-  explicit StreamGuard(cudaStream_t s) : prev_(launch_stream()) { launch_stream() = s; }
-  ~StreamGuard() { launch_stream() = prev_; }
-  StreamGuard(const StreamGuard&) = delete;
-  StreamGuard& operator=(const StreamGuard&) = delete;
-
- private:
-  cudaStream_t prev_;
-};
-
 }  // namespace
 
 CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx,

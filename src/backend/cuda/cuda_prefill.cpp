@@ -14,21 +14,6 @@
 #include "common/error.h"
 
 namespace ds4::cuda {
-namespace {
-
-class StreamGuard {
- public:
-  explicit StreamGuard(cudaStream_t s) : prev_(launch_stream()) { launch_stream() = s; }
-  ~StreamGuard() { launch_stream() = prev_; }
-  StreamGuard(const StreamGuard&) = delete;
-  StreamGuard& operator=(const StreamGuard&) = delete;
-
- private:
-  cudaStream_t prev_;
-};
-
-}  // namespace
-
 void CudaForward::pmark(int phase) {
   if (!pprof_) return;
   check(cudaStreamSynchronize(stream_), "prefill profile");

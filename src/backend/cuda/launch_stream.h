@@ -10,6 +10,18 @@ namespace ds4::cuda {
 /// The current thread's launch stream (assignable).
 cudaStream_t& launch_stream();
 
+/// Points launch_stream() at `s` for the lifetime of the guard (restores the previous stream).
+class StreamGuard {
+ public:
+  explicit StreamGuard(cudaStream_t s) : prev_(launch_stream()) { launch_stream() = s; }
+  ~StreamGuard() { launch_stream() = prev_; }
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  cudaStream_t prev_;
+};
+
 /// Whether kernels launch with programmatic dependent launch (PDL, Hopper and later): each
 /// forward kernel may then be scheduled while its predecessor on the stream finishes, and waits
 /// for it (griddepcontrol.wait) before touching any data the predecessor wrote or reads. True
