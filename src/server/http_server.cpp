@@ -33,6 +33,17 @@ const char* status_text(int status) {
   }
 }
 
+// The method an endpoint serves ("POST" for the generation endpoints, "GET" for the others),
+// or nullptr for a path this server does not know: a known path asked with another method is a
+// 405 with an Allow header rather than a 404.
+const char* endpoint_method(const std::string& path) {
+  for (const char* p : {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"})
+    if (path == p) return "POST";
+  if (path == "/health" || path == "/metrics" || path == "/v1/models" || path.rfind("/v1/models/", 0) == 0)
+    return "GET";
+  return nullptr;
+}
+
 // The socket of the connection `req` arrived on. httplib 0.11 does not hand it to handlers, so it
 // is found among the process's descriptors by its address pair (the connection stays open while
 // the handler runs, so the descriptor cannot be reused meanwhile). -1 when not found.
@@ -222,6 +233,11 @@ void HttpServer::install_routes() {
   // Errors httplib raises itself (404 unknown path, 413 body too large, 400 bad HTTP).
   h.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
+    if (res.status == 404)
+      if (const char* allowed = endpoint_method(req.path); allowed && req.method != allowed) {
+        res.status = 405;
+        res.set_header("Allow", allowed);
+      }
     ApiError e(res.status, status_text(res.status));
     const ojson body = req.path == "/v1/messages" ? anthropic_error_body(e) : openai_error_body(e);
     res.set_content(dump_json(body), "application/json");

@@ -105,6 +105,20 @@ TEST_F(E2E, UnknownPathAndOptions) {
   r = c.Options("/v1/chat/completions");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 204);
+  // A known endpoint asked with the wrong method: 405 with the method it serves.
+  r = c.Get("/v1/chat/completions");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "POST");
+  EXPECT_EQ(json::parse(r->body)["error"]["message"], "method not allowed");
+  r = c.Get("/v1/messages");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(json::parse(r->body)["type"], "error");  // Anthropic's error shape
+  r = c.Post("/health", "{}", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 405);
+  EXPECT_EQ(r->get_header_value("Allow"), "GET");
 }
 
 TEST_F(E2E, ChatNonStreamUsageAndLength) {
