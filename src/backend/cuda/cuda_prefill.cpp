@@ -7,6 +7,7 @@
 // (matmat equals matvec bit for bit), so logits and state are bit-identical to token-by-token
 // evaluation for any chunking. Everything runs on the main stream.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 
 #include "backend/cuda/cuda_forward.h"
@@ -14,6 +15,7 @@
 #include "common/error.h"
 
 namespace ds4::cuda {
+
 void CudaForward::pmark(int phase) {
   if (!pprof_) return;
   check(cudaStreamSynchronize(stream_), "prefill profile");
