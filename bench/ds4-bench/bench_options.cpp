@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "backend/synthetic/synthetic_model.h"
+#include "common/cli_checks.h"
 #include "common/error.h"
 #include "engine/gpu_plan.h"
 
@@ -62,7 +63,8 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   app.add_option("--seed", o.seed, "Seed of the synthetic weights and prompt");
   std::optional<std::string> gpu_devices, gpu_vram;
   app.add_option("--gpu-devices", gpu_devices,
-                 "CUDA devices, e.g. 0,1: --synthetic splits routed experts over them (0,0: two ranks on one GPU)");
+                 "CUDA devices, e.g. 0,1: --synthetic splits routed experts over them (0,0: two ranks on one GPU)")
+      ->check(ds4::non_empty_list("device", "0 or 0,1"));
   app.add_option("--gpu-vram", gpu_vram,
                  "GiB of GPU memory to use at most: one cap, or one per --gpu-devices entry (0 or auto: no cap, "
                  "all free memory; unlike ds4, where 0 means the CPU)");

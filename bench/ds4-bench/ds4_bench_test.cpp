@@ -188,7 +188,7 @@ TEST(Options, GpuDevicesAndPerDeviceVram) {
   // A model file: the device list goes to Engine::open (which checks it there).
   EXPECT_EQ(parse({"--prompt-file", kText, "--cuda", "--gpu-devices", "0,1"}).gpu_devices, (std::vector<int>{0, 1}));
 
-  expect_rejected(with({"--gpu-devices", ""}), "--gpu-devices \"\": empty item");
+  expect_rejected(with({"--gpu-devices", ""}), "--gpu-devices: needs at least one device");
   expect_rejected(with({"--gpu-devices", "0,,1"}), "empty item");
   expect_rejected(with({"--gpu-devices", "0,x"}), "\"x\" is not a CUDA device ordinal");
   expect_rejected(with({"--gpu-devices", "-1"}), "not a CUDA device ordinal");

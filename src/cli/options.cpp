@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 
+#include "common/cli_checks.h"
+
 namespace ds4::cli {
 
 Options parse_options(int argc, char** argv) {
@@ -49,7 +51,8 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--backend", o.backend, "Backend: auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--gpu-devices", o.gpu_devices,
-                 "CUDA devices to use, e.g. 0,1 (several: routed experts split across them)");
+                 "CUDA devices to use, e.g. 0,1 (several: routed experts split across them)")
+      ->check(ds4::non_empty_list("device", "0 or 0,1"));
   app.add_option("--gpu-vram", o.gpu_vram,
                  "GPU memory budget per device in GiB (N[,N...]) or auto; the plan is printed and "
                  "refused when the model does not fit; 0 = do not use CUDA");

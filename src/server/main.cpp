@@ -9,6 +9,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "common/cli_checks.h"
 #include "common/error.h"
 #include "engine/engine.h"
 #include "server/core.h"
@@ -50,7 +51,8 @@ Flags parse(int argc, char** argv) {
   app.add_option("-n,--tokens", f.tokens, "Default max_tokens when a request gives none")
       ->check(CLI::Number)->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("-t,--threads", f.threads, "CPU threads (default: all cores)")->check(CLI::Number)->check(CLI::Range(1, 4096));
-  app.add_option("--gpu-devices", f.gpu_devices, "CUDA devices, e.g. 0,1 (several: experts split across them)");
+  app.add_option("--gpu-devices", f.gpu_devices, "CUDA devices, e.g. 0,1 (several: experts split across them)")
+      ->check(ds4::non_empty_list("device", "0 or 0,1"));
   app.add_option("--gpu-vram", f.gpu_vram, "GPU memory budget per device in GiB (N[,N...]) or auto; 0 = no CUDA");
   app.add_flag("--cuda-tensor-parallel", f.cuda_tensor_parallel,
                "Split the model over --gpu-devices (expert parallel); implied by several devices");

@@ -40,6 +40,7 @@ expect 1 "needs -p" -- "$ds4" -m "$model" --dump-tokens
 # GPU placement flags: bad values are clear errors on any machine; --gpu-vram 0 means no CUDA.
 expect 1 "--gpu-devices \"x\": \"x\" is not a CUDA device ordinal" -- "$ds4" -m "$model" -p hi -n 1 --gpu-devices x
 expect 1 "device 1 is listed twice" -- "$ds4" -m "$model" -p hi -n 1 --gpu-devices 1,1
+expect 2 "gpu-devices.*needs at least one device" -- "$ds4" -m "$model" -p hi -n 1 --gpu-devices ""
 expect 1 "--gpu-vram \"abc\"" -- "$ds4" -m "$model" -p hi -n 1 --gpu-vram abc
 expect 1 "needs --gpu-devices with at least two" -- "$ds4" -m "$model" -p hi -n 1 --cuda-tensor-parallel
 expect 1 "leaves no GPU memory" -- "$ds4" -m "$model" -p hi -n 1 --cuda --gpu-vram 0
