@@ -36,28 +36,32 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   app.add_option("--backend", o.backend, "Backend: auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("-t,--threads", o.threads, "CPU threads (default: all cores)")
-      ->check(CLI::Number)->check(CLI::Range(1, 4096));
+      ->check(ds4::whole_number())->check(CLI::Range(1, 4096));
   app.add_flag("--warm-weights", o.warm_weights, "Touch every mapped weight page first");
   app.add_option("--ctx-start", o.ctx_start, "First measured frontier (tokens)")
-      ->check(CLI::Number)->check(CLI::Range(int64_t{1}, kMaxCtx));
+      ->capture_default_str()
+      ->check(ds4::whole_number())->check(CLI::Range(int64_t{1}, kMaxCtx));
   app.add_option("--ctx-max", o.ctx_max, "Last measured frontier (tokens)")
-      ->check(CLI::Number)->check(CLI::Range(int64_t{1}, kMaxCtx));
+      ->capture_default_str()
+      ->check(ds4::whole_number())->check(CLI::Range(int64_t{1}, kMaxCtx));
   app.add_option("--ctx-alloc", o.ctx_alloc, "Allocated context (default: ctx-max + gen-tokens + 1)")
-      ->check(CLI::Number)->check(CLI::Range(int64_t{1}, kMaxCtx));
+      ->check(ds4::whole_number())->check(CLI::Range(int64_t{1}, kMaxCtx));
   app.add_option("--step-incr", o.step_incr, "Linear step when --step-mul is 1")
-      ->check(CLI::Number)->check(CLI::Range(int64_t{1}, kMaxCtx));
+      ->capture_default_str()
+      ->check(ds4::whole_number())->check(CLI::Range(int64_t{1}, kMaxCtx));
   app.add_option("--step-mul", o.step_mul, "Multiplicative step (>= 1)")
-      ->check(CLI::Number)->check(CLI::Range(1.0, 1e6));
+      ->capture_default_str()
+      ->check(ds4::number())->check(CLI::Range(1.0, 1e6));
   app.add_option("-n,--gen-tokens,--tokens", o.gen_tokens,
                  "Greedy decode tokens per frontier, EOS excluded (0: prefill only)")
-      ->check(CLI::Number)->check(CLI::Range(int64_t{0}, kMaxCtx));
+      ->check(ds4::whole_number())->check(CLI::Range(int64_t{0}, kMaxCtx));
   app.add_option("--csv", o.csv, "Write the CSV to FILE instead of stdout");
   app.add_option("--repeat", o.repeat, "Best of N timings per frontier (noisy machines)")
-      ->check(CLI::Number)->check(CLI::Range(1, 1000));
+      ->check(ds4::whole_number())->check(CLI::Range(1, 1000));
   app.add_option("--prefill-chunk", o.prefill_chunk, "Prefill batch in tokens (0: whole interval)")
-      ->check(CLI::Number)->check(CLI::Range(int64_t{0}, kMaxCtx));
+      ->check(ds4::whole_number())->check(CLI::Range(int64_t{0}, kMaxCtx));
   app.add_option("--memcpy-mib", o.memcpy_mib, "Size of the DRAM memcpy reference (0: skip)")
-      ->check(CLI::Number)->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
+      ->check(ds4::whole_number())->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
   app.add_option("--synthetic", o.synthetic,
                  "Full-size synthetic model generated in GPU memory: flash-q2, flash-q4 or pro-q2 (--cuda)");
   app.add_option("--seed", o.seed, "Seed of the synthetic weights and prompt");

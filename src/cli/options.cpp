@@ -19,22 +19,22 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--system", o.system, "System prompt (-sys also works); \"\" disables it");
   app.add_option("-n,--tokens", o.max_tokens, "Maximum generated tokens")
       ->capture_default_str()
-      ->check(CLI::Number)->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+      ->check(ds4::whole_number())->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("-c,--ctx", o.ctx, "Context size in tokens")
       ->capture_default_str()
-      ->check(CLI::Number)->check(CLI::Range(int64_t{16}, int64_t{1} << 30));
+      ->check(ds4::whole_number())->check(CLI::Range(int64_t{16}, int64_t{1} << 30));
   app.add_option("--temp", o.sampling.temperature, "Temperature (0 = greedy)")
       ->capture_default_str()
-      ->check(CLI::Number)->check(CLI::Range(0.0f, 100.0f));
+      ->check(ds4::number())->check(CLI::Range(0.0f, 100.0f));
   app.add_option("--top-k", o.sampling.top_k, "Keep the K most likely tokens (0 = all)")
       ->capture_default_str()
-      ->check(CLI::Number)->check(CLI::Range(0, 1 << 30));
+      ->check(ds4::whole_number())->check(CLI::Range(0, 1 << 30));
   app.add_option("--top-p", o.sampling.top_p, "Nucleus sampling")
-      ->capture_default_str()->check(CLI::Number)->check(CLI::Range(0.0f, 1.0f));
+      ->capture_default_str()->check(ds4::number())->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--min-p", o.sampling.min_p, "Min-p filter")
-      ->capture_default_str()->check(CLI::Number)->check(CLI::Range(0.0f, 1.0f));
+      ->capture_default_str()->check(ds4::number())->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--seed", o.sampling.seed, "Sampling seed, >= 1 (default: time based)")
-      ->check(CLI::Number)->check(CLI::Range(uint64_t{1}, UINT64_MAX));
+      ->check(ds4::whole_number<uint64_t>())->check(CLI::Range(uint64_t{1}, UINT64_MAX));
   auto* think = app.add_flag_callback("--think", [&] { o.think = ThinkFlag::think; },
                                       "Thinking mode (default)");
   auto* nothink = app.add_flag_callback("--nothink", [&] { o.think = ThinkFlag::nothink; },
@@ -44,7 +44,7 @@ Options parse_options(int argc, char** argv) {
   think->excludes(nothink)->excludes(think_max);
   nothink->excludes(think_max);
   app.add_option("-t,--threads", o.threads, "CPU threads (default: all cores)")
-      ->check(CLI::Number)->check(CLI::Range(1, 4096));
+      ->check(ds4::whole_number())->check(CLI::Range(1, 4096));
   auto* cpu = app.add_flag_callback("--cpu", [&] { o.backend = "cpu"; }, "Use the CPU backend");
   auto* cuda = app.add_flag_callback("--cuda", [&] { o.backend = "cuda"; }, "Use the CUDA backend");
   cpu->excludes(cuda);
@@ -67,7 +67,7 @@ Options parse_options(int argc, char** argv) {
                  "Greedy continuation with top-k alternatives, written as JSON to FILE");
   app.add_option("--logprobs-top-k", o.logprobs_top_k, "Alternatives per step for --dump-logprobs")
       ->capture_default_str()
-      ->check(CLI::Number)->check(CLI::Range(1, 128));
+      ->check(ds4::whole_number())->check(CLI::Range(1, 128));
   app.add_option("--render-chat", o.render_chat,
                  "Print the exact prompt text for a messages JSON file, then exit")
       ->check(CLI::ExistingFile);

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <string>
 
 namespace ds4 {
@@ -15,6 +16,24 @@ inline CLI::Validator non_empty_list(const std::string& what, const std::string&
         return s.empty() ? "needs at least one " + what + ", e.g. " + example : std::string();
       },
       "LIST", "non-empty");
+}
+
+/// A numeric option's type check, run before its range check so that a value that is not a
+/// number says so ("Failed parsing abc as a number") instead of "not in range". No help text.
+template <typename T>
+CLI::Validator parses_as(const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& s) {
+        T v{};
+        return CLI::detail::lexical_cast(s, v) ? std::string() : "Failed parsing " + s + " as " + what;
+      },
+      "", "parses as " + what);
+}
+inline CLI::Validator number() { return parses_as<double>("a number"); }
+/// As number(), for integer options of type T ("Failed parsing 12x as a whole number").
+template <typename T = int64_t>
+CLI::Validator whole_number() {
+  return parses_as<T>("a whole number");
 }
 
 }  // namespace ds4

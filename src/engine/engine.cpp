@@ -110,10 +110,17 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
     e->backend_ = open_cuda(*e, o, devices, budgets);
     return e;
   }
+  // Several devices asked for on a machine without any: an error, not a silent CPU run.
+  if (o.gpu_devices.size() > 0 && o.backend != "cpu" && !no_gpu && o.gpu_devices != "0")
+    fail("--gpu-devices {}: no CUDA device is available (no GPU or no working NVIDIA driver); "
+         "drop --gpu-devices or use --cpu", o.gpu_devices);
 #else
   if (o.gpu_devices.size() > 0 && o.backend != "cpu" && !no_gpu && o.gpu_devices != "0")
-    fail("--gpu-devices: this build has no CUDA backend (built without nvcc)");
-  if (o.backend == "cuda") fail("--cuda: this build has no CUDA backend (built without nvcc); use --cpu");
+    fail("--gpu-devices: this build has no CUDA backend (configured without CUDA: nvcc not found or "
+         "-DDS4_CUDA=OFF)");
+  if (o.backend == "cuda")
+    fail("--cuda: this build has no CUDA backend (configured without CUDA: nvcc not found or -DDS4_CUDA=OFF); "
+         "use --cpu");
 #endif
   e->backend_ = cpu::make_cpu_backend(e->config_, e->weights_, o.threads);
   return e;

@@ -331,6 +331,7 @@ void HttpServer::install_routes() {
           res.status = e.status;
           res.set_content(dump_json(adapter->error_body(e)), "application/json");
         } else {
+          res.status = 200;  // httplib fills in 200 only after the handler returns
           res.set_content(dump_json(adapter->response(r)), "application/json");
         }
         count_status(res.status);

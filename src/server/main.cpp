@@ -47,10 +47,12 @@ Flags parse(int argc, char** argv) {
   CLI::App app{"ds4-server: OpenAI / Anthropic compatible HTTP server for DeepSeek V4", "ds4-server"};
   app.add_option("-m,--model", f.model, "GGUF model file (default: the build's ds4 model)");
   app.add_option("-c,--ctx", f.ctx, "Context of the live session in tokens")
-      ->check(CLI::Number)->check(CLI::Range(int64_t{16}, int64_t{1} << 30));
+      ->capture_default_str()
+      ->check(ds4::whole_number())->check(CLI::Range(int64_t{16}, int64_t{1} << 30));
   app.add_option("-n,--tokens", f.tokens, "Default max_tokens when a request gives none")
-      ->check(CLI::Number)->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  app.add_option("-t,--threads", f.threads, "CPU threads (default: all cores)")->check(CLI::Number)->check(CLI::Range(1, 4096));
+      ->capture_default_str()
+      ->check(ds4::whole_number())->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  app.add_option("-t,--threads", f.threads, "CPU threads (default: all cores)")->check(ds4::whole_number())->check(CLI::Range(1, 4096));
   app.add_option("--gpu-devices", f.gpu_devices, "CUDA devices, e.g. 0,1 (several: experts split across them)")
       ->check(ds4::non_empty_list("device", "0 or 0,1"));
   app.add_option("--gpu-vram", f.gpu_vram, "GPU memory budget per device in GiB (N[,N...]) or auto; 0 = no CUDA");
@@ -61,8 +63,8 @@ Flags parse(int argc, char** argv) {
   cpu->excludes(cuda);
   app.add_option("--backend", f.backend, "Backend: auto, cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--host", f.host, "IPv4 bind address (localhost = 127.0.0.1)");
-  app.add_option("--port", f.port, "Listen port (0 = any free port)")->check(CLI::Number)->check(CLI::Range(0, 65535));
+  app.add_option("--host", f.host, "IPv4 bind address (localhost = 127.0.0.1)")->capture_default_str();
+  app.add_option("--port", f.port, "Listen port (0 = any free port)")->capture_default_str()->check(ds4::whole_number())->check(CLI::Range(0, 65535));
   app.add_flag("--cors", f.cors, "Send Access-Control-Allow-* headers");
   app.add_option("--api-key", f.api_key, "Require this key (Authorization: Bearer / x-api-key)");
   app.add_option("--max-queue", f.max_queue, "Answer 429 when N jobs are waiting (0 = no limit)");

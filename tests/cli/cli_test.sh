@@ -25,7 +25,7 @@ expect 0 "--prompt-file" -- "$ds4" --help
 expect 2 "nope" -- "$ds4" --nope
 expect 2 "temp.*not in range" -- "$ds4" -m "$model" -p hi --temp -1
 expect 2 "temp: Failed parsing abc" -- "$ds4" -m "$model" -p hi --temp abc
-expect 2 "ctx.*Failed parsing 12x" -- "$ds4" -m "$model" -p hi -c 12x
+expect 2 "ctx: Failed parsing 12x as a whole number" -- "$ds4" -m "$model" -p hi -c 12x
 expect 2 "not both" -- "$ds4" -m "$model" -p hi --prompt-file "$0"
 expect 1 "missing.gguf" -- "$ds4" -m "$tmp/missing.gguf" -p hi
 head -c 1000 "$model" > "$tmp/trunc.gguf"
@@ -41,6 +41,9 @@ expect 1 "needs -p" -- "$ds4" -m "$model" --dump-tokens
 expect 1 "--gpu-devices \"x\": \"x\" is not a CUDA device ordinal" -- "$ds4" -m "$model" -p hi -n 1 --gpu-devices x
 expect 1 "device 1 is listed twice" -- "$ds4" -m "$model" -p hi -n 1 --gpu-devices 1,1
 expect 2 "gpu-devices.*needs at least one device" -- "$ds4" -m "$model" -p hi -n 1 --gpu-devices ""
+if ! nvidia-smi -L >/dev/null 2>&1; then  # no GPU: several devices are an error, not a CPU run
+  expect 1 "gpu-devices.*no CUDA (device|backend)" -- "$ds4" -m "$model" -p hi -n 1 --gpu-devices 0,1
+fi
 expect 1 "--gpu-vram \"abc\"" -- "$ds4" -m "$model" -p hi -n 1 --gpu-vram abc
 expect 1 "needs --gpu-devices with at least two" -- "$ds4" -m "$model" -p hi -n 1 --cuda-tensor-parallel
 expect 1 "leaves no GPU memory" -- "$ds4" -m "$model" -p hi -n 1 --cuda --gpu-vram 0

@@ -143,6 +143,11 @@ TEST_F(E2E, ChatNonStreamUsageAndLength) {
     EXPECT_EQ(completion, 6);
   }
   EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  // /metrics counts the reply under its real status (a non-streamed reply once read as -1).
+  auto m = client().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->body.find("ds4_http_responses_total{status=\"-1\"}"), std::string::npos) << m->body;
+  EXPECT_NE(m->body.find("ds4_http_responses_total{status=\"200\"}"), std::string::npos) << m->body;
 }
 
 // §3.9: the second turn of a chat extends the live session. The model's own tokens for the first
