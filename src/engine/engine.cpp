@@ -104,18 +104,20 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
   const auto budgets = o.gpu_vram.empty() ? std::nullopt : parse_gpu_vram(o.gpu_vram);
   const bool no_gpu = budgets && std::all_of(budgets->begin(), budgets->end(), [](uint64_t b) { return b == 0; });
   if (no_gpu && o.backend == "cuda") fail("--gpu-vram 0 leaves no GPU memory for --cuda");
+  // Devices other than the default one asked for: an error when none can be used, not a
+  // silent CPU run.
+  const bool asks_gpus = !o.gpu_devices.empty() && o.gpu_devices != "0" && o.backend != "cpu" && !no_gpu;
 #ifdef DS4_HAVE_CUDA
   // --cuda requires a device (make_cuda_backend says why not); auto takes one when present.
   if (!no_gpu && (o.backend == "cuda" || (o.backend == "auto" && cuda::device_count() > 0))) {
     e->backend_ = open_cuda(*e, o, devices, budgets);
     return e;
   }
-  // Several devices asked for on a machine without any: an error, not a silent CPU run.
-  if (o.gpu_devices.size() > 0 && o.backend != "cpu" && !no_gpu && o.gpu_devices != "0")
+  if (asks_gpus)
     fail("--gpu-devices {}: no CUDA device is available (no GPU or no working NVIDIA driver); "
          "drop --gpu-devices or use --cpu", o.gpu_devices);
 #else
-  if (o.gpu_devices.size() > 0 && o.backend != "cpu" && !no_gpu && o.gpu_devices != "0")
+  if (asks_gpus)
     fail("--gpu-devices: this build has no CUDA backend (configured without CUDA: nvcc not found or "
          "-DDS4_CUDA=OFF)");
   if (o.backend == "cuda")
