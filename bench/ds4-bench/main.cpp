@@ -105,7 +105,8 @@ void load_synthetic(const BenchOptions& o, Loaded& l) {
   }
 #else
   (void)ctx;
-  ds4::fail("--synthetic {}: this build has no CUDA backend (built without nvcc)", *o.synthetic);
+  ds4::fail("--synthetic {}: this build has no CUDA backend (configured without CUDA: nvcc not found or "
+            "-DDS4_CUDA=OFF)", *o.synthetic);
 #endif
   l.prompt.resize(static_cast<size_t>(o.ctx_max));
   for (size_t i = 0; i < l.prompt.size(); ++i)
@@ -139,11 +140,9 @@ Loaded load(const BenchOptions& o) {
 }
 
 /// The per-matrix-kind matvec table (--kernel-profile): bytes per token, time, GB/s and the
-/// fraction of the device copy bandwidth measured in the same process.
-void kernel_profile(ds4::Backend& backend, int device) {
+/// fraction of `copy`, the device copy bandwidth (GB/s) run() measured in the same process.
+void kernel_profile(ds4::Backend& backend, double copy) {
 #ifdef DS4_BENCH_CUDA
-  const double copy = ds4::cuda::copy_bandwidth_gbps(device, size_t{2} << 30);
-  std::fprintf(stderr, "ds4-bench: device copy bandwidth (2 GiB cudaMemcpy, read+write): %.0f GB/s\n", copy);
   std::fprintf(stderr, "ds4-bench: %-24s %-8s %5s %10s %10s %8s %6s\n", "matvec (per token)", "type", "calls",
                "MB", "us", "GB/s", "copy%");
   double tb = 0, ts = 0;
@@ -158,7 +157,7 @@ void kernel_profile(ds4::Backend& backend, int device) {
                "total", "", "", tb / 1e6, ts * 1e6, tb / ts / 1e9, 100.0 * tb / ts / 1e9 / copy, 1.0 / ts);
 #else
   (void)backend;
-  (void)device;
+  (void)copy;
   ds4::fail("--kernel-profile needs the CUDA backend");
 #endif
 }
@@ -173,20 +172,20 @@ int run(const BenchOptions& o, Loaded& l) {
                : ds4::synth::decode_weight_bytes(config, [&](const ds4::model::TensorSpec& s) {
                    return ds4::model::recipe_type(s, l.spec->recipe);
                  });
-  const int device = o.gpu_devices.empty() ? 0 : o.gpu_devices[0];  // copy reference: first device
-  if (o.kernel_profile) kernel_profile(backend, device);
-
   std::fprintf(stderr, "ds4-bench: %s, backend %s, %d threads, prompt %zu tokens, ctx %lld\n",
                l.spec ? ("synthetic " + l.spec->name).c_str() : o.model.c_str(), backend.name().c_str(),
                threads, l.prompt.size(), static_cast<long long>(ds4::bench::effective_ctx_alloc(o)));
   double mc_ws = 0;  // the reference bandwidth: host memcpy (CPU) or device copy (CUDA)
   if (backend.name() == "cuda") {
 #ifdef DS4_BENCH_CUDA
+    const int device = o.gpu_devices.empty() ? 0 : o.gpu_devices[0];  // copy reference: first device
     mc_ws = ds4::cuda::copy_bandwidth_gbps(device, size_t{2} << 30);
 #endif
     std::fprintf(stderr, "ds4-bench: a decode step reads %.3f MB of weights; device copy (2 GiB): %.2f GB/s\n",
                  weight_bytes / 1e6, mc_ws);
+    if (o.kernel_profile) kernel_profile(backend, mc_ws);
   } else {
+    if (o.kernel_profile) ds4::fail("--kernel-profile times CUDA kernels; the backend is {}", backend.name());
     mc_ws = ds4::bench::memcpy_gbps(std::max<uint64_t>(weight_bytes, 4096), threads);
     std::fprintf(stderr,
                  "ds4-bench: a decode step reads %.3f MB of weights; memcpy of that size: %.2f GB/s",

@@ -14,6 +14,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/step_profile.h"
 
 namespace ds4::cuda {
 namespace {
@@ -317,8 +318,7 @@ cudaStream_t& launch_stream() {
 bool pdl_enabled() {
   static const bool off = [] {
     const char* e = std::getenv("DS4_CUDA_PDL");
-    const char* p = std::getenv("DS4_CUDA_PROFILE");
-    return (e && std::strcmp(e, "0") == 0) || (p && *p && std::strcmp(p, "0") != 0);
+    return (e && std::strcmp(e, "0") == 0) || StepProfile::requested();
   }();
   if (off) return false;
   int dev = 0, major = 0;
