@@ -99,6 +99,11 @@ class CudaForward {
                        const DeviceArray<float>& norm, bool indexer, uint32_t ratio,
                        DeviceArray<float>& state_kv, DeviceArray<float>& state_score,
                        DeviceArray<float>& rows);
+  // The compressor's store and emit for one token (model::Compressor::push after its
+  // projections ck/cs, spec §3.4.5/§3.4.7): shared by the decode step and the prefill.
+  void store_emit(const float* ck, const float* cs, const DeviceArray<float>& ape, const DeviceArray<float>& norm,
+                  bool indexer, uint32_t ratio, const int64_t* pos, DeviceArray<float>& state_kv,
+                  DeviceArray<float>& state_score, DeviceArray<float>& rows);
   void mark(const char* op) {  // end of operation `op` (DS4_CUDA_PROFILE)
     if (prof_) prof_->mark(op);
   }

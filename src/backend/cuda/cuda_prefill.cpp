@@ -222,18 +222,12 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
     float* q = b.q.get() + t * QD;
     norm_rope(b.kv_row.get() + t * HD, L.attn_kv_a_norm.get(), HD, 1, c_.rms_eps, rope, n_pair_, pos, c_.nope_dim(),
               kv.raw.get(), raw_cap_);
-    if (ratio) {
-      compressor_store(b.ck.get() + t * CW, b.cs.get() + t * CW, L.comp_ape.get(), CW, ratio, pos, kv.comp_kv.get(),
-                       kv.comp_score.get());
-      compressor_emit(kv.comp_kv.get(), kv.comp_score.get(), ratio, HD, L.comp_norm.get(), c_.rms_eps,
-                      rope_comp_.get(), n_pair_, false, HD - c_.n_rot, pos, row_.get(), kv.comp.get());
-    }
-    if (ratio == 4) {
-      compressor_store(b.ik.get() + t * IW, b.is.get() + t * IW, L.idx_comp_ape.get(), IW, ratio, pos,
-                       kv.index_kv.get(), kv.index_score.get());
-      compressor_emit(kv.index_kv.get(), kv.index_score.get(), ratio, ID, L.idx_comp_norm.get(), c_.rms_eps,
-                      rope_comp_.get(), n_pair_, true, ID - c_.n_rot, pos, row_.get(), kv.index.get());
-    }
+    if (ratio)
+      store_emit(b.ck.get() + t * CW, b.cs.get() + t * CW, L.comp_ape, L.comp_norm, false, ratio, pos, kv.comp_kv,
+                 kv.comp_score, kv.comp);
+    if (ratio == 4)
+      store_emit(b.ik.get() + t * IW, b.is.get() + t * IW, L.idx_comp_ape, L.idx_comp_norm, true, ratio, pos,
+                 kv.index_kv, kv.index_score, kv.index);
     const uint32_t* sel = nullptr;
     int64_t n_sel = 0;
     if (ratio == 4 && (p + 1) / 4 > static_cast<int64_t>(c_.indexer_top_k)) {
