@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/kernels.h"
+#include "common/error.h"
 #include "common/f16.h"
 #include "common/ggml_type.h"
 #include "model/attention.h"
@@ -140,6 +141,42 @@ TEST_F(CudaKernels, HcNormMatvecEqualsNormThenVecDot) {
 // chunks with the activation resident in shared memory, activations too large to stay resident
 // (the chunked kernel), rows whose size is not a multiple of 16 bytes, expert groups selected by
 // ids (a negative id gives zeros) and a paired launch sharing one quantized input.
+// The device row layout (weight_layout.cuh): Q8_0 and IQ2_XXS rows become payloads then scales,
+// built here from the GGUF block fields; other types are untouched; rows that are not whole
+// blocks are an error.
+TEST_F(CudaKernels, DeviceLayoutSplitsRowsIntoPayloadsThenScales) {
+  struct Case { GgmlType type; int64_t cols; size_t block, payload; };
+  for (const Case c : {Case{GgmlType::Q8_0, 96, 34, 32}, Case{GgmlType::IQ2_XXS, 512, 66, 64},
+                       Case{GgmlType::Q4_K, 256, 144, 144}}) {
+    SCOPED_TRACE(static_cast<int>(c.type));
+    const int64_t rows = 5;
+    const size_t rb = quant::row_bytes(c.type, c.cols), nb = rb / c.block;
+    std::vector<uint8_t> w(rb * rows);
+    std::mt19937 rng(3);
+    for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
+    cuda::DeviceArray<uint8_t> dw(w.size());
+    dw.upload(w.data(), w.size());
+    cuda::to_device_layout(cuda::DevMatrix{static_cast<uint32_t>(c.type), dw.get(), c.cols, rows, rb});
+    std::vector<uint8_t> got(w.size());
+    dw.download(got.data(), got.size());
+    std::vector<uint8_t> want = w;
+    if (c.payload != c.block) {  // split: each block is a 2-byte scale, then the payload
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* src = &w[r * rb];
+        uint8_t* dst = &want[r * rb];
+        for (size_t j = 0; j < nb; ++j) {
+          std::memcpy(dst + j * c.payload, src + j * c.block + 2, c.payload);
+          std::memcpy(dst + nb * c.payload + 2 * j, src + j * c.block, 2);
+        }
+      }
+    }
+    EXPECT_EQ(got, want);
+  }
+  cuda::DeviceArray<uint8_t> dw(64);
+  EXPECT_THROW(cuda::to_device_layout(cuda::DevMatrix{static_cast<uint32_t>(GgmlType::Q8_0), dw.get(), 48, 1, 51}),
+               Error);
+}
+
 TEST_F(CudaKernels, MatvecMatchesCpuForEveryTypeAndPath) {
   std::mt19937 rng(17);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -174,6 +211,7 @@ TEST_F(CudaKernels, MatvecMatchesCpuForEveryTypeAndPath) {
       cuda::DeviceArray<uint8_t> dw(w.size());
       dw.upload(w.data(), w.size());
       const cuda::DevMatrix m{static_cast<uint32_t>(type), dw.get(), sh.cols, sh.rows * experts, rb};
+      cuda::to_device_layout(m);  // the kernels' row layout, as DeviceWeights uploads it
       cuda::DeviceArray<float> dx(x.size()), dy(want.size()), dy2(static_cast<size_t>(sh.rows));
       dx.upload(x.data(), x.size());
       cuda::DeviceArray<int32_t> dids(ids.size());
@@ -292,6 +330,7 @@ TEST_F(CudaKernels, FusedActivationQuantizationMatchesCpu) {
     cuda::DeviceArray<uint8_t> dw(w.size());
     dw.upload(w.data(), w.size());
     const cuda::DevMatrix m{static_cast<uint32_t>(type), dw.get(), n, rows * experts, rb};
+    cuda::to_device_layout(m);  // the kernels' row layout, as DeviceWeights uploads it
     cuda::DeviceArray<float> dg(gate.size()), du(up.size()), dgw(gw.size()), dy(want.size()), dmid(gate.size());
     dg.upload(gate.data(), gate.size());
     du.upload(up.data(), up.size());

@@ -78,6 +78,7 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
     cuda::DeviceArray<uint8_t> wd(wh.size());
     wd.upload(wh.data(), wh.size());
     const cuda::DevMatrix w{t, wd.get(), cols, rows, quant::row_bytes(type, cols)};
+    cuda::to_device_layout(w);  // the kernels' row layout, as DeviceWeights uploads it
     const auto xh = random_vec(static_cast<size_t>(n) * U * cols, 11 + t);
     cuda::DeviceArray<float> x(xh.size());
     x.upload(xh.data(), xh.size());

@@ -11,6 +11,7 @@ namespace ds4::cuda {
 DevMatrix DeviceWeights::adopt(DeviceArray<uint8_t> buf, GgmlType type, int64_t cols, int64_t rows,
                                bool act) {
   DevMatrix d{static_cast<uint32_t>(type), buf.get(), cols, rows, quant::row_bytes(type, cols)};
+  if (act) to_device_layout(d);  // matvec weights: the kernels' row layout
   bytes += buf.size();
   store_.push_back(std::move(buf));
   const size_t ab = act ? act_row_bytes(d.type, d.cols) : 0;

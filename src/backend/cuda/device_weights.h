@@ -63,6 +63,8 @@ class DeviceWeights {
   DevMatrix upload(const model::Matrix& m);
   /// Rows [first, first + count) of m only.
   DevMatrix upload_rows(const model::Matrix& m, int64_t first, int64_t count);
+  /// Takes ownership of `buf` (rows x row_bytes in GGUF layout); `act` marks a matvec weight,
+  /// which is rewritten into the kernels' row layout (to_device_layout).
   DevMatrix adopt(DeviceArray<uint8_t> buf, GgmlType type, int64_t cols, int64_t rows, bool act);
   DeviceArray<float> upload(const std::vector<float>& v);
   std::vector<DeviceArray<uint8_t>> store_;

@@ -34,6 +34,14 @@ struct DevMatrix {
 bool upload_quant_tables(const uint64_t* iq2_grid, const int8_t* mxfp4_doubled,
                          const float* mxfp4_half_scale);
 
+/// Rewrites the rows of matvec weight `m` (already in device memory in GGUF layout) in place into
+/// the layout the matvec/matmat kernels read: for Q8_0 and IQ2_XXS each row becomes its blocks'
+/// payloads (32 / 64 bytes each) followed by their f16 scales (weight_layout.cuh); every other
+/// type is left as is. Row sizes and offsets do not change. Call it once per matrix, after the
+/// upload and before the first product; the token embedding (read by embed()) stays GGUF.
+/// Synchronises the device. Fails (ds4::Error) on rows that are not whole blocks or over 200 KiB.
+void to_device_layout(const DevMatrix& m);
+
 /// Bytes of one quantized activation row of `cols` values for weights of `type`
 /// (quant::act_row_bytes(quant::activation_type(type), cols)).
 size_t act_row_bytes(uint32_t type, int64_t cols);

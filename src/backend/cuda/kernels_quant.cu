@@ -13,12 +13,11 @@
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch_stream.h"
+#include "backend/cuda/weight_layout.cuh"
 
 namespace ds4::cuda {
 namespace {
 
-constexpr uint32_t kF32 = 0, kF16 = 1, kQ8_0 = 8, kQ2_K = 10, kQ4_K = 12, kIQ2_XXS = 16,
-                   kBF16 = 30, kMXFP4 = 39;
 constexpr unsigned kFull = 0xffffffffu;
 
 // Block layouts of src/quant/blocks.h (byte-identical structs).
@@ -119,6 +118,20 @@ struct Chunk { static constexpr int kBlocks = (kMvChunk / Fmt<T>::kBytes) / 16 *
 __device__ uint32_t ld16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 __device__ int ld32(const uint8_t* p) { return *reinterpret_cast<const int*>(p); }
 
+// Block j of a region of nb weight blocks in the device layout (weight_layout.cuh): q the
+// payload, t the scale field. For formats stored as in GGUF both point at the block's start.
+struct Blk {
+  const uint8_t* q;
+  const uint8_t* t;
+};
+template <uint32_t T>
+__device__ Blk blk(const uint8_t* base, int64_t nb, int64_t j) {
+  if constexpr (Split<T>::kOn)
+    return {base + j * Split<T>::kBulk, base + nb * Split<T>::kBulk + j * Split<T>::kTail};
+  else
+    return {base + j * Fmt<T>::kBytes, base + j * Fmt<T>::kBytes};
+}
+
 struct Tables {
   uint64_t grid[256];
 };
@@ -132,15 +145,14 @@ __device__ float load_w(const uint8_t* w, int i) {
 
 // Q8_0/MXFP4 integer part: values 8*part .. 8*part+7 of block `wb` against activation `xb`.
 template <uint32_t T>
-__device__ int q8_part(const uint8_t* wb, const uint8_t* xq, int part) {
+__device__ int q8_part(Blk b, const uint8_t* xq, int part) {
   int isum = 0;
   if constexpr (T == kQ8_0) {
-    const uint8_t* q = wb + 2 + 8 * part;
-    const int w0 = static_cast<int>(ld16(q) | (ld16(q + 2) << 16));
-    const int w1 = static_cast<int>(ld16(q + 4) | (ld16(q + 6) << 16));
-    isum = __dp4a(w0, ld32(xq + 8 * part), 0);
-    isum = __dp4a(w1, ld32(xq + 8 * part + 4), isum);
+    const int2 w = *reinterpret_cast<const int2*>(b.q + 8 * part);  // split payload: 8-byte aligned
+    isum = __dp4a(w.x, ld32(xq + 8 * part), 0);
+    isum = __dp4a(w.y, ld32(xq + 8 * part + 4), isum);
   } else {
+    const uint8_t* wb = b.q;
     const auto* xs = reinterpret_cast<const int8_t*>(xq);
     for (int t = 0; t < 8; ++t) {
       const int j = 8 * part + t;
@@ -154,8 +166,8 @@ __device__ int q8_part(const uint8_t* wb, const uint8_t* xq, int part) {
 // K-quant / IQ2_XXS integer parts of one block: lane `part` of 8. `isum` is the scaled code
 // dot, `summs` the min correction (Q2_K/Q4_K).
 template <uint32_t T>
-__device__ void k_part(const uint8_t* wb, const uint8_t* yb, int part, const Tables& tab,
-                       int& isum, int& summs) {
+__device__ void k_part(Blk b, const uint8_t* yb, int part, const Tables& tab, int& isum, int& summs) {
+  const uint8_t* wb = b.q;
   const uint8_t* yq = yb + 4;
   const auto* bsums = reinterpret_cast<const int16_t*>(yb + 260);
   if constexpr (T == kQ2_K) {
@@ -188,9 +200,8 @@ __device__ void k_part(const uint8_t* wb, const uint8_t* yb, int part, const Tab
     isum = sc * sub;
     summs = mn * (bsums[2 * j] + bsums[2 * j + 1]);
   } else {  // IQ2_XXS: group `part` of 32 values
-    const uint8_t* q = wb + 2 + 8 * part;
-    const uint32_t a0 = ld16(q) | (ld16(q + 2) << 16);
-    const uint32_t a1 = ld16(q + 4) | (ld16(q + 6) << 16);
+    const uint2 a = *reinterpret_cast<const uint2*>(b.q + 8 * part);  // split payload
+    const uint32_t a0 = a.x, a1 = a.y;
     int sumi = 0;
     for (int g = 0; g < 4; ++g) {
       const uint64_t grid = tab.grid[(a0 >> (8 * g)) & 0xff];
@@ -212,12 +223,13 @@ __device__ void k_part(const uint8_t* wb, const uint8_t* yb, int part, const Tab
 }
 
 template <uint32_t T>
-__device__ float k_block_value(const uint8_t* wb, const uint8_t* yb, int isum, int summs) {
+__device__ float k_block_value(Blk b, const uint8_t* yb, int isum, int summs) {
   const float yd = *reinterpret_cast<const float*>(yb);
   if constexpr (T == kIQ2_XXS) {
-    const float d = h2f(ld16(wb)) * yd;
+    const float d = h2f(ld16(b.t)) * yd;
     return d * static_cast<float>(isum);
   } else {
+    const uint8_t* wb = b.q;
     const int off = T == kQ2_K ? 80 : 0;
     const float dall = yd * h2f(ld16(wb + off));
     const float dmin = yd * h2f(ld16(wb + off + 2));
@@ -251,7 +263,6 @@ constexpr int kActSliceMax = 14080;  // >= every format's kSlice (Q2_K, IQ2_XXS:
 template <uint32_t T>
 __device__ float dot_chunk(const uint8_t* sm, const uint8_t* xs, int nb, int lane, const Tables& tab,
                            float acc) {
-  constexpr int kBytes = Fmt<T>::kBytes;
   constexpr int kAct = ActFmt<T>::kBytes;
   if constexpr (T == kF32 || T == kF16 || T == kBF16) {
     const auto* xf = reinterpret_cast<const float*>(xs);
@@ -278,7 +289,7 @@ __device__ float dot_chunk(const uint8_t* sm, const uint8_t* xs, int nb, int lan
     for (int j0 = 0; j0 < nb; j0 += 8) {  // uniform trip count: every lane shuffles
       const int j = j0 + slot;
       const bool on = j < nb;
-      const uint8_t* wb = sm + j * kBytes;
+      const Blk wb = blk<T>(sm, nb, j);
       const uint8_t* xb = xs + j * kAct;
       int isum = on ? q8_part<T>(wb, xb + 4, part) : 0;
       isum += __shfl_xor_sync(kFull, isum, 1);
@@ -287,10 +298,10 @@ __device__ float dot_chunk(const uint8_t* sm, const uint8_t* xs, int nb, int lan
         const float xd = *reinterpret_cast<const float*>(xb);
         float s;
         if constexpr (T == kQ8_0) {
-          const float scale = h2f(ld16(wb)) * xd;
+          const float scale = h2f(ld16(wb.t)) * xd;
           s = scale * static_cast<float>(isum);
         } else {
-          s = (c_mx_half[wb[0]] * xd) * static_cast<float>(isum);
+          s = (c_mx_half[wb.q[0]] * xd) * static_cast<float>(isum);
         }
         acc = acc + s;
       }
@@ -302,12 +313,12 @@ __device__ float dot_chunk(const uint8_t* sm, const uint8_t* xs, int nb, int lan
       float v = 0.0f;
       int isum = 0, summs = 0;
       const uint8_t* yb = xs + j * kAct;
-      if (j < nb) k_part<T>(sm + j * kBytes, yb, part, tab, isum, summs);
+      if (j < nb) k_part<T>(blk<T>(sm, nb, j), yb, part, tab, isum, summs);
       for (int off = 1; off < 8; off <<= 1) {
         isum += __shfl_xor_sync(kFull, isum, off);
         if constexpr (T != kIQ2_XXS) summs += __shfl_xor_sync(kFull, summs, off);  // IQ2_XXS has no mins
       }
-      if (j < nb) v = k_block_value<T>(sm + j * kBytes, yb, isum, summs);
+      if (j < nb) v = k_block_value<T>(blk<T>(sm, nb, j), yb, isum, summs);
       const int cnt = nb - j0 < 4 ? nb - j0 : 4;
       for (int k = 0; k < cnt; ++k) acc = acc + __shfl_sync(kFull, v, 8 * k);
     }
@@ -338,6 +349,40 @@ __device__ void stage_bytes(const uint8_t* src, int bytes, uint8_t* sm, int lane
     for (int idx = lane; idx < n16; idx += 32) cp_async16(sm + 16 * idx, src + 16 * idx);
   } else {
     for (int i = lane; i < bytes; i += 32) sm[i] = src[i];
+  }
+}
+
+// Stages blocks [c0, c0 + nb) of a row of nblk blocks (device layout) into `sm` as a region of
+// nb blocks that blk<T>(sm, nb, j) reads: split formats get the payloads, then the scale fields
+// (chunks start on multiples of 16 blocks, so with kVec both parts are 16-byte aligned; a last
+// part that is not a multiple of 16 bytes is copied byte by byte). Issued only, as stage_bytes.
+template <uint32_t T, bool kVec>
+__device__ void stage_chunk(const uint8_t* row, int64_t nblk, int64_t c0, int nb, uint8_t* sm, int lane) {
+  if constexpr (Split<T>::kOn) {
+    constexpr int B = Split<T>::kBulk, TL = Split<T>::kTail;
+    stage_bytes<kVec>(row + c0 * B, nb * B, sm, lane);
+    const uint8_t* src = row + nblk * B + c0 * TL;
+    uint8_t* dst = sm + nb * B;
+    const int bytes = nb * TL, head = kVec ? bytes / 16 * 16 : 0;
+    stage_bytes<kVec>(src, head, dst, lane);
+    for (int i = head + lane; i < bytes; i += 32) dst[i] = src[i];
+  } else {
+    stage_bytes<kVec>(row + c0 * Fmt<T>::kBytes, nb * Fmt<T>::kBytes, sm, lane);
+  }
+}
+
+// Bytes between the rows a warp stages together (rpw > 1): the row size rounded up to 16, so
+// every staged row starts 16-byte aligned (the split payloads are read 8 bytes at a time).
+__host__ __device__ inline size_t staged_row_stride(size_t row_bytes) { return (row_bytes + 15) / 16 * 16; }
+
+// Stages rows [r0, r0 + n) (n * row_bytes bytes from `rows`) at staged_row_stride apart.
+template <bool kVec>
+__device__ void stage_rows(const uint8_t* rows, size_t row_bytes, int n, uint8_t* sm, int lane) {
+  if (kVec) {  // row_bytes is a multiple of 16: one contiguous copy
+    stage_bytes<kVec>(rows, n * static_cast<int>(row_bytes), sm, lane);
+  } else {
+    const size_t st = staged_row_stride(row_bytes);
+    for (int k = 0; k < n; ++k) stage_bytes<false>(rows + k * row_bytes, static_cast<int>(row_bytes), sm + k * st, lane);
   }
 }
 
@@ -379,7 +424,6 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_chunked_kernel(Matvec
   uint8_t* sm = stage[warp];
 
   constexpr int CB = Chunk<T>::kBlocks;
-  constexpr int kBytes = Fmt<T>::kBytes;
   constexpr int kAct = ActFmt<T>::kBytes;
   const int64_t nblk = a.cols / Fmt<T>::kVals;
   float acc = 0.0f;
@@ -395,8 +439,8 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_chunked_kernel(Matvec
       for (int i = threadIdx.x; i < n4; i += blockDim.x) cp_async4(reinterpret_cast<int*>(xs) + i, x4 + i);
     }
     if (active) {
-      if (a.rpw == 1) stage_bytes<kVec>(wrow + c0 * kBytes, nb * kBytes, sm, lane);
-      else stage_bytes<kVec>(wrow, n_mine * static_cast<int>(a.row_bytes), sm, lane);
+      if (a.rpw == 1) stage_chunk<T, kVec>(wrow, nblk, c0, nb, sm, lane);
+      else stage_rows<kVec>(wrow, a.row_bytes, n_mine, sm, lane);
     }
     cp_async_wait();
     __syncthreads();
@@ -405,7 +449,7 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_chunked_kernel(Matvec
         acc = dot_chunk<T>(sm, xs, nb, lane, tab, acc);
       } else {
         for (int k = 0; k < n_mine; ++k) {
-          const float v = dot_finish<T>(dot_chunk<T>(sm + k * a.row_bytes, xs, nb, lane, tab, 0.0f));
+          const float v = dot_finish<T>(dot_chunk<T>(sm + k * staged_row_stride(a.row_bytes), xs, nb, lane, tab, 0.0f));
           if (lane == 0) a.y[g * a.y_stride + r0 + k] = v;
         }
       }
@@ -462,7 +506,6 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
     return;
   }
   constexpr int CB = Stream<T>::kBlocks;
-  constexpr int kBytes = Fmt<T>::kBytes;
   constexpr int kAct = ActFmt<T>::kBytes;
   uint8_t* xs = smem + size_t{kMvWarps} * 2 * kStreamBuf;
   uint8_t* buf = smem + static_cast<size_t>(warp) * 2 * kStreamBuf;
@@ -479,12 +522,11 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
       if (a.rpw == 1) {
         const int64_t c0 = (u % nch) * CB;
         const int nb = static_cast<int>(nblk - c0 < CB ? nblk - c0 : CB);
-        stage_bytes<kVec>(w0 + static_cast<size_t>(s) * a.row_bytes + c0 * kBytes, nb * kBytes, dst, lane);
+        stage_chunk<T, kVec>(w0 + static_cast<size_t>(s) * a.row_bytes, nblk, c0, nb, dst, lane);
       } else {
         const int64_t r0 = s * a.rpw;
         const int n_mine = static_cast<int>(a.n_rows - r0 < a.rpw ? a.n_rows - r0 : a.rpw);
-        stage_bytes<kVec>(w0 + static_cast<size_t>(r0) * a.row_bytes, n_mine * static_cast<int>(a.row_bytes),
-                          dst, lane);
+        stage_rows<kVec>(w0 + static_cast<size_t>(r0) * a.row_bytes, a.row_bytes, n_mine, dst, lane);
       }
     }
     cp_async_commit();
@@ -524,13 +566,175 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
       const int64_t r0 = s * a.rpw;
       const int n_mine = static_cast<int>(a.n_rows - r0 < a.rpw ? a.n_rows - r0 : a.rpw);
       for (int k = 0; k < n_mine; ++k) {
-        const float v = dot_finish<T>(dot_chunk<T>(sm + k * a.row_bytes, xs, static_cast<int>(nblk), lane, tab, 0.0f));
+        const float v = dot_finish<T>(
+            dot_chunk<T>(sm + k * staged_row_stride(a.row_bytes), xs, static_cast<int>(nblk), lane, tab, 0.0f));
         if (lane == 0) a.y[g * a.y_stride + r0 + k] = v;
       }
     }
     __syncwarp();
   }
   cp_async_wait_group<0>();
+}
+
+// ---- the direct IQ2_XXS matvec (weights straight into registers) ----------------------------
+//
+// The routed gate/up experts of the q2 recipe (IQ2_XXS) were the slowest decode matvec (ncu:
+// 15 % of DRAM bandwidth at 64 % issue slots: integer work per byte, plus staging every weight
+// byte through shared memory). Stored split (weight_layout.cuh), each lane reads its 32-value
+// group (8 bytes) with one load straight from global memory into registers; the block's shared
+// memory holds only the grid table and the resident Q8_K activation, also split (int8 values,
+// then the f32 scales; the bsums are not needed). A warp walks its rows (persistent, one wave)
+// as units of 4 blocks of one row, kDirU units per batch, the next batch's loads issued before
+// the current one is summed. Lanes, integer dots and the block-order float sum are k_part's and
+// dot_chunk's, so results are bit-identical. (A Q8_0 variant measured no faster than
+// matvec_stream_kernel, and an L2 row prefetch ahead of the loads made both slower:
+// docs/perf-notes.md, session 5.)
+
+constexpr int kDirWarps = 8;
+constexpr int kDirU = 2;        // units per batch (two batches in flight while one is summed)
+constexpr int kDirBlk = 4;      // IQ2_XXS blocks per unit (8 lanes each)
+constexpr int kDirActWords = 65;  // staged words of a 292-byte Q8_K block: scale + 256 values
+
+// Split activation bytes in shared memory for nblk Q8_K blocks (values, then f32 scales).
+size_t dir_act_bytes(int64_t nblk) { return static_cast<size_t>(nblk) * (256 + 4); }
+
+__global__ void __launch_bounds__(kDirWarps * 32, 4) matvec_iq2_direct_kernel(MatvecJobs jobs) {
+  pdl_trigger();
+  extern __shared__ __align__(16) uint8_t dsm[];
+  __shared__ Tables tab;
+  const MatvecArgs a = blockIdx.z ? jobs.job[1] : jobs.job[0];
+  if (static_cast<int64_t>(blockIdx.x) * kDirWarps >= a.n_rows) return;  // uniform: whole block
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int g = blockIdx.y;
+  const int64_t warps_total = static_cast<int64_t>(gridDim.x) * kDirWarps;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kDirWarps + warp;
+  const bool early = a.ids == nullptr;  // weights are constant: fetched before the PDL wait
+  if (!early) pdl_wait();
+  if (a.ids && a.ids[g] < 0) {  // a group this device does not hold (expert parallelism): zeros
+    for (int64_t r = first; r < a.n_rows; r += warps_total)
+      if (lane == 0) a.y[g * a.y_stride + r] = 0.0f;
+    return;
+  }
+  constexpr int B = Split<kIQ2_XXS>::kBulk;
+  const int64_t nblk = a.cols / 256;
+  const int64_t base = a.row0 + static_cast<int64_t>(a.ids ? a.ids[g] : g) * a.group_rows;
+  const uint8_t* w0 = a.w + static_cast<size_t>(base) * a.row_bytes;
+  const int nit = static_cast<int>((nblk + kDirBlk - 1) / kDirBlk);  // units per row
+  const int jl = lane / 8, part = lane % 8;
+  // Cursors (row, unit within the row) of the next unit to load and to sum, advanced one unit
+  // at a time (no divisions in the loop).
+  int64_t lr = first, cr = first;
+  int lit = 0, cit = 0;
+  auto load = [&](uint2& q, uint32_t& d) {
+    const int j = lit * kDirBlk + jl;
+    if (lr < a.n_rows && j < nblk) {
+      const uint8_t* row = w0 + static_cast<size_t>(lr) * a.row_bytes;
+      q = __ldg(reinterpret_cast<const uint2*>(row + j * B) + part);
+      d = __ldg(reinterpret_cast<const unsigned short*>(row + nblk * B) + j);
+    }
+    if (++lit == nit) {
+      lit = 0;
+      lr += warps_total;
+    }
+  };
+  uint2 q[kDirU], qn[kDirU];
+  uint32_t d[kDirU], dn[kDirU];
+#pragma unroll
+  for (int k = 0; k < kDirU; ++k) {
+    q[k] = qn[k] = uint2{0, 0};
+    d[k] = dn[k] = 0;
+  }
+  if (early) {
+#pragma unroll
+    for (int k = 0; k < kDirU; ++k) load(q[k], d[k]);
+    pdl_wait();
+  }
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) tab.grid[i] = c_iq2_grid[i];
+  uint8_t* xq = dsm;
+  float* xd = reinterpret_cast<float*>(dsm + nblk * 256);
+  {  // the activation row, split: word w of block b is its scale (w == 0) or values 4(w-1)..
+    const auto* x4 = reinterpret_cast<const int*>(a.act + g * a.act_stride);
+    constexpr int kSrcWords = sizeof(BQ8_K) / 4;
+    const int n = static_cast<int>(nblk) * kDirActWords;  // < 16 KiB of activation: fits an int
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const int b = i / kDirActWords, w = i % kDirActWords;
+      void* dst = w == 0 ? static_cast<void*>(xd + b) : static_cast<void*>(xq + b * 256 + 4 * (w - 1));
+      cp_async4(dst, x4 + b * kSrcWords + w);
+    }
+  }
+  if (!early) {
+#pragma unroll
+    for (int k = 0; k < kDirU; ++k) load(q[k], d[k]);
+  }
+  cp_async_wait();
+  __syncthreads();
+  float acc = 0.0f;
+  while (cr < a.n_rows) {
+#pragma unroll
+    for (int k = 0; k < kDirU; ++k) load(qn[k], dn[k]);
+#pragma unroll
+    for (int k = 0; k < kDirU; ++k) {
+      const int64_t r = cr;
+      if (r >= a.n_rows) break;  // uniform across the warp
+      const int j0 = cit * kDirBlk, j = j0 + jl;
+      const bool last = cit == nit - 1;
+      if (++cit == nit) {
+        cit = 0;
+        cr += warps_total;
+      }
+      const bool on = j < nblk;
+      int isum = 0;
+      if (on) {
+        const uint8_t* yq = xq + j * 256 + 32 * part;
+        const int4 y0 = *reinterpret_cast<const int4*>(yq);
+        const int4 y1 = *reinterpret_cast<const int4*>(yq + 16);
+        const int ys[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+        const uint32_t a0 = q[k].x, a1 = q[k].y;
+        int sumi = 0;
+#pragma unroll
+        for (int gi = 0; gi < 4; ++gi) {
+          const uint64_t grid = tab.grid[(a0 >> (8 * gi)) & 0xff];
+          const uint32_t s7 = (a1 >> (7 * gi)) & 127;
+          const uint32_t signs = s7 | ((__popc(s7) & 1u) << 7);  // ksigns_iq2xs by its parity rule
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            // m01 has byte 1 where the value is negated; grid bytes are 8..43, so
+            // (g ^ 0xff) + 1 = -g per byte and never carries into the next byte.
+            const uint32_t m01 = (((signs >> (4 * h)) & 15) * 0x00204081u) & 0x01010101u;
+            const uint32_t gw = static_cast<uint32_t>(grid >> (32 * h));
+            const int val = static_cast<int>((gw ^ (m01 * 0xffu)) + m01);
+            sumi = __dp4a(val, ys[2 * gi + h], sumi);
+          }
+        }
+        isum = sumi * static_cast<int>(2 * (a1 >> 28) + 1);
+      }
+      for (int off = 1; off < 8; off <<= 1) isum += __shfl_xor_sync(kFull, isum, off);
+      const float v = on ? (h2f(static_cast<uint16_t>(d[k])) * xd[j]) * static_cast<float>(isum) : 0.0f;
+#pragma unroll
+      for (int bl = 0; bl < kDirBlk; ++bl) {  // block values in block order
+        const float vb = __shfl_sync(kFull, v, 8 * bl);
+        if (j0 + bl < nblk) acc = acc + vb;
+      }
+      if (last) {
+        if (lane == 0) a.y[g * a.y_stride + r] = 0.125f * acc;
+        acc = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kDirU; ++k) {
+      q[k] = qn[k];
+      d[k] = dn[k];
+    }
+  }
+}
+
+// DS4_CUDA_MATVEC_DIRECT=0: IQ2_XXS uses the streaming kernel too (comparisons).
+bool direct_off() {
+  static const bool off = [] {
+    const char* v = std::getenv("DS4_CUDA_MATVEC_DIRECT");
+    return v && v[0] == '0';
+  }();
+  return off;
 }
 
 int sm_count() {
@@ -552,10 +756,28 @@ void launch_matvec(MatvecJobs jobs, int n_jobs, int groups) {
     MatvecArgs& a = jobs.job[j];
     // Short rows: up to 4 per warp while they fit one chunk together.
     a.rpw = 1;
-    while (a.rpw < 4 && static_cast<int64_t>(a.row_bytes) * (a.rpw + 1) <= chunk_bytes) ++a.rpw;
+    while (a.rpw < 4 && static_cast<int64_t>(staged_row_stride(a.row_bytes)) * (a.rpw + 1) <= chunk_bytes) ++a.rpw;
     const int64_t per_block = static_cast<int64_t>(kMvWarps) * a.rpw;
     blocks = std::max(blocks, (a.n_rows + per_block - 1) / per_block);
     vec = vec && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.row_bytes % 16 == 0;
+  }
+  if constexpr (T == kIQ2_XXS) {
+    if (resident && vec && !direct_off()) {
+      size_t smem = 0;
+      int64_t units = 0;
+      for (int j = 0; j < n_jobs; ++j) {
+        smem = std::max(smem, dir_act_bytes(jobs.job[j].cols / 256));
+        units = std::max(units, (jobs.job[j].n_rows + kDirWarps - 1) / kDirWarps);
+      }
+      allow_dynamic_smem(reinterpret_cast<const void*>(matvec_iq2_direct_kernel), smem);
+      int per_sm = 0;
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_iq2_direct_kernel, kDirWarps * 32, smem);
+      const int64_t wave = std::max<int64_t>(1, int64_t{std::max(per_sm, 1)} * sm_count() / (int64_t{groups} * n_jobs));
+      const dim3 grid(static_cast<unsigned>(std::min(units, wave)), static_cast<unsigned>(groups),
+                      static_cast<unsigned>(n_jobs));
+      launch_k(matvec_iq2_direct_kernel, grid, kDirWarps * 32, smem, jobs);
+      return;
+    }
   }
   if (resident) {  // one wave: 4 blocks per SM over all groups and jobs
     const int64_t wave = std::max<int64_t>(1, int64_t{4} * sm_count() / (int64_t{groups} * n_jobs));
@@ -780,7 +1002,6 @@ __global__ void __launch_bounds__(kMmWarps * 32) matmat_kernel(MatmatArgs a) {
   uint8_t* sm = stage + warp * kMmStage;
   float* acc = accs + warp * kMmTok * 32;
   constexpr int CB = MmChunk<T>::kBlocks;
-  constexpr int kBytes = Fmt<T>::kBytes;
   constexpr int kAct = ActFmt<T>::kBytes;
   const int64_t nblk = a.cols / Fmt<T>::kVals;
   const int32_t* list = a.list ? a.list + g * a.list_stride : nullptr;
@@ -789,7 +1010,7 @@ __global__ void __launch_bounds__(kMmWarps * 32) matmat_kernel(MatmatArgs a) {
     for (int k = 0; k < nt; ++k) acc[k * 32 + lane] = 0.0f;
     for (int64_t c0 = 0; c0 < nblk; c0 += CB) {
       const int nb = static_cast<int>(nblk - c0 < CB ? nblk - c0 : CB);
-      stage_bytes<kVec>(wrow + c0 * kBytes, nb * kBytes, sm, lane);
+      stage_chunk<T, kVec>(wrow, nblk, c0, nb, sm, lane);
       cp_async_wait();
       __syncwarp();
       for (int k = 0; k < nt; ++k) {
@@ -835,7 +1056,6 @@ __global__ void __launch_bounds__(kLnWarps * 32) matmat_lane_kernel(MatmatArgs a
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnWarps + warp;
   const bool active = r < a.n_rows;  // idle warps still take part in the barriers
-  constexpr int kBytes = Fmt<T>::kBytes;
   const uint8_t* wrow = a.w + static_cast<size_t>(a.row0 + g * a.group_rows + (active ? r : 0)) * a.row_bytes;
   const int64_t nblk = a.cols / 32;
   const int32_t* list = a.list ? a.list + g * a.list_stride : nullptr;
@@ -860,14 +1080,21 @@ __global__ void __launch_bounds__(kLnWarps * 32) matmat_lane_kernel(MatmatArgs a
       if (active) {
         const int j = lane >> 2, part = lane & 3;
         if (j < nb) {
-          const uint8_t* wb = wrow + (c0 + j) * kBytes;
+          const Blk wb = blk<T>(wrow, nblk, c0 + j);
           int w0, w1;
           if constexpr (T == kQ8_0) {
-            const uint8_t* q = wb + 2 + 8 * part;
-            w0 = static_cast<int>(ld16(q) | (ld16(q + 2) << 16));
-            w1 = static_cast<int>(ld16(q + 4) | (ld16(q + 6) << 16));
-            if (part == 0) wsc[warp][j] = h2f(ld16(wb));
+            const uint8_t* q = wb.q + 8 * part;  // split payload: 8-byte aligned when the row is
+            if (reinterpret_cast<uintptr_t>(q) % 8 == 0) {
+              const int2 w = *reinterpret_cast<const int2*>(q);
+              w0 = w.x;
+              w1 = w.y;
+            } else {
+              w0 = static_cast<int>(ld16(q) | (ld16(q + 2) << 16));
+              w1 = static_cast<int>(ld16(q + 4) | (ld16(q + 6) << 16));
+            }
+            if (part == 0) wsc[warp][j] = h2f(ld16(wb.t));
           } else {
+            const uint8_t* wb = blk<T>(wrow, nblk, c0 + j).q;
             uint32_t v[2] = {0, 0};
             for (int t = 0; t < 8; ++t) {
               const int jj = 8 * part + t;
