@@ -169,13 +169,22 @@ __global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_
   const int lane = threadIdx.x;
   float a = 0.0f;
   if (lane < 16) {
+    // Steps of 8 products per chain, the next step's loads issued before this step's adds so
+    // the sequential adds do not wait a shared-memory round trip per step.
+    const int64_t full = cols / 128 * 128;
     int64_t i = lane;
-    for (; i + 16 * 7 < cols; i += 16 * 8) {
-      float p[8];
+    float p[8], pn[8] = {};
 #pragma unroll
-      for (int u = 0; u < 8; ++u) p[u] = v[i + 16 * u];
+    for (int u = 0; u < 8; ++u) p[u] = full > 0 ? v[i + 16 * u] : 0.0f;
+    for (; i < full; i += 128) {
+      if (i + 128 < full) {
+#pragma unroll
+        for (int u = 0; u < 8; ++u) pn[u] = v[i + 128 + 16 * u];
+      }
 #pragma unroll
       for (int u = 0; u < 8; ++u) a = a + p[u];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) p[u] = pn[u];
     }
     for (; i < cols; i += 16) a = a + v[i];
   }
