@@ -1,4 +1,6 @@
-// Activation quantizers and the one grouped matvec kernel, templated on the weight format.
+// Activation quantizers, the grouped decode matvecs (chunked, streaming, and the direct IQ2_XXS
+// kernel) and the prefill's multi-token matvecs, templated on the weight format; weights are in
+// the device row layout (weight_layout.cuh).
 // Every dot reproduces quant::ref (src/quant/*.cpp) exactly: the same lane partition and
 // reduction tree for F32/F16/BF16 (16 lanes) and Q8_0/MXFP4 (8 lanes), the same in-order block
 // sum for Q2_K/Q4_K/IQ2_XXS, exact integer block dots, f32 scale products in the same order.
