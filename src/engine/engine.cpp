@@ -124,6 +124,15 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
     fail("--cuda: this build has no CUDA backend (configured without CUDA: nvcc not found or -DDS4_CUDA=OFF); "
          "use --cpu");
 #endif
+  // --gpu-devices 0 or a GPU memory budget without a usable GPU: the CPU runs, and says so.
+  if (o.backend == "auto" && !no_gpu && (!o.gpu_devices.empty() || !o.gpu_vram.empty()))
+    std::fprintf(stderr, "note: %s; %s ignored, running on the CPU\n",
+#ifdef DS4_HAVE_CUDA
+                 "no CUDA device is available",
+#else
+                 "this build has no CUDA backend",
+#endif
+                 !o.gpu_devices.empty() ? "--gpu-devices" : "--gpu-vram");
   e->backend_ = cpu::make_cpu_backend(e->config_, e->weights_, o.threads);
   return e;
 }

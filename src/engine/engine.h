@@ -32,7 +32,9 @@ class Engine {
   /// refused when it does not fit. Throws ds4::Error with the file name and every problem found
   /// (bad GGUF, wrong metadata, missing/misshapen tensors, no vocabulary, an unavailable
   /// backend, a bad --gpu-devices/--gpu-vram value, --cuda-tensor-parallel with fewer than two
-  /// devices, a plan that does not fit).
+  /// devices, a plan that does not fit, several --gpu-devices without a usable GPU). With the
+  /// default backend and no usable GPU, --gpu-devices 0 or a --gpu-vram budget run on the CPU
+  /// and print a note to stderr.
   static std::unique_ptr<Engine> open(const EngineOptions& options);
 
   /// Reads only the vocabulary of a GGUF (for --dump-tokens, which never loads weights).
