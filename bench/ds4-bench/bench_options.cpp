@@ -25,7 +25,9 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   CLI::App app{"ds4-bench — prefill and greedy-decode throughput at context frontiers (CSV).",
                "ds4-bench"};
   app.get_formatter()->column_width(34);
-  app.add_option("--prompt-file", o.prompt_file, "Raw benchmark text, sliced at each frontier");
+  app.add_option("--prompt-file", o.prompt_file,
+                 "Raw benchmark text, sliced at each frontier (one of --prompt-file, --chat-prompt-file "
+                 "or --synthetic is required)");
   app.add_option("--chat-prompt-file", o.chat_prompt_file,
                  "Render FILE as one no-thinking chat user message, then slice that");
   app.add_option("--system", o.system, "System prompt for --chat-prompt-file (-sys also works)");
@@ -54,9 +56,11 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
       ->check(ds4::number())->check(CLI::Range(1.0, 1e6));
   app.add_option("-n,--gen-tokens,--tokens", o.gen_tokens,
                  "Greedy decode tokens per frontier, EOS excluded (0: prefill only)")
+      ->capture_default_str()
       ->check(ds4::whole_number())->check(CLI::Range(int64_t{0}, kMaxCtx));
   app.add_option("--csv", o.csv, "Write the CSV to FILE instead of stdout");
   app.add_option("--repeat", o.repeat, "Best of N timings per frontier (noisy machines)")
+      ->capture_default_str()
       ->check(ds4::whole_number())->check(CLI::Range(1, 1000));
   app.add_option("--prefill-chunk", o.prefill_chunk, "Prefill batch in tokens (0: whole interval)")
       ->check(ds4::whole_number())->check(CLI::Range(int64_t{0}, kMaxCtx));
@@ -122,7 +126,7 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
     return o;
   }
   if (o.prompt_file.has_value() == o.chat_prompt_file.has_value())
-    fail("give exactly one of --prompt-file or --chat-prompt-file");
+    fail("give exactly one of --prompt-file or --chat-prompt-file (or --cuda --synthetic NAME)");
   const std::string& prompt = o.prompt_file ? *o.prompt_file : *o.chat_prompt_file;
   if (!std::filesystem::is_regular_file(prompt))
     fail("prompt file {} {}", prompt, std::filesystem::exists(prompt) ? "is not a regular file" : "does not exist");
