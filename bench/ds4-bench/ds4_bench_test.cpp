@@ -505,8 +505,8 @@ TEST_F(Ds4BenchRun, BadInputExitsTwoWithAClearMessage) {
   expect_bad_input("-m " + kModel + base + "--gen-tokens many", "--gen-tokens");
   expect_bad_input("-m " + kModel + base + "--ctx-start 64 --ctx-max 32",
                    "--ctx-start (64) must be <= --ctx-max (32)");
-  // Without a GPU (or without nvcc) --cuda fails at open with Engine's "--cuda: ..." message.
-  if (!have_gpu()) expect_bad_input("-m " + kModel + base + "--cuda", "--cuda: ");
+  // Without a GPU (or without nvcc) --cuda fails at open with "--cuda (--backend cuda): ...".
+  if (!have_gpu()) expect_bad_input("-m " + kModel + base + "--cuda", "--cuda (--backend cuda): ");
   expect_bad_input("-m " + kModel + base + "--synthetic flash", "unknown synthetic model 'flash'");
   expect_bad_input("-m " + kModel + base + "--synthetic flash-q2", "--synthetic needs the CUDA backend");
   const auto short_prompt = dir_ / "short.txt";

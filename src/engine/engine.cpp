@@ -121,7 +121,7 @@ std::unique_ptr<Engine> Engine::open(const EngineOptions& o) {
     fail("--gpu-devices: this build has no CUDA backend (configured without CUDA: nvcc not found or "
          "-DDS4_CUDA=OFF)");
   if (o.backend == "cuda")
-    fail("--cuda: this build has no CUDA backend (configured without CUDA: nvcc not found or -DDS4_CUDA=OFF); "
+    fail("--cuda (--backend cuda): this build has no CUDA backend (configured without CUDA: nvcc not found or -DDS4_CUDA=OFF); "
          "use --cpu");
 #endif
   // --gpu-devices 0 or a GPU memory budget without a usable GPU: the CPU runs, and says so.

@@ -43,6 +43,8 @@ expect 1 "device 1 is listed twice" -- "$ds4" -m "$model" -p hi -n 1 --gpu-devic
 expect 2 "gpu-devices.*needs at least one device" -- "$ds4" -m "$model" -p hi -n 1 --gpu-devices ""
 if ! nvidia-smi -L >/dev/null 2>&1; then  # no GPU: several devices are an error, not a CPU run
   expect 1 "gpu-devices.*no CUDA (device|backend)" -- "$ds4" -m "$model" -p hi -n 1 --gpu-devices 0,1
+  # --backend cuda names itself in the error (it is --cuda's long form)
+  expect 1 "--cuda \(--backend cuda\): (no CUDA device|this build has no CUDA backend)" -- "$ds4" -m "$model" -p hi -n 1 --backend cuda
   # the default device or a memory budget: a CPU run that says why
   expect 0 "note: (no CUDA device is available|this build has no CUDA backend); --gpu-devices ignored, running on the CPU" -- "$ds4" -m "$model" -p hi -n 1 --gpu-devices 0 -t 1
   expect 0 "note: (no CUDA device is available|this build has no CUDA backend); --gpu-vram ignored, running on the CPU" -- "$ds4" -m "$model" -p hi -n 1 --gpu-vram 8 -t 1

@@ -71,8 +71,8 @@ class CudaBackend final : public Backend {
 
 void prepare_device(int device) {
   const int n = device_count();
-  if (n == 0) fail("--cuda: no CUDA device is available (no GPU or no working NVIDIA driver)");
-  if (device < 0 || device >= n) fail("--cuda: device {} does not exist ({} device(s) present)", device, n);
+  if (n == 0) fail("--cuda (--backend cuda): no CUDA device is available (no GPU or no working NVIDIA driver)");
+  if (device < 0 || device >= n) fail("--cuda (--backend cuda): device {} does not exist ({} device(s) present)", device, n);
   CudaSession::select(device);
   if (!upload_quant_tables(quant::kIq2xxs.grid, quant::kMxfp4.doubled,
                            quant::kMxfp4.half_scale))
