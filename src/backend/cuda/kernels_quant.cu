@@ -393,7 +393,47 @@ __device__ void stage_rows(const uint8_t* rows, size_t row_bytes, int n, uint8_t
 // blocks return at once.
 struct MatvecJobs {
   MatvecArgs job[2];
+  int q8_wide;  // streaming kernel, Q8_0: the 2-lanes-per-block dot (dot_q8_wide)
 };
+
+// Q8_0 dot of a staged region of nb blocks (split: payloads, then f16 scales) against a split
+// activation (xq: 32 int8 per block, xd: f32 scales, both already at the region's first block),
+// lane L taking half (L & 1) of block (L >> 1) of each step of 16 blocks: one 16-byte load of
+// weights and one of activations per lane. The pair's integer dot, then s_b = (d_w * d_x) *
+// isum_b added to accumulator b mod 8 in block order (lanes 0-15 hold the accumulators: block j,
+// then j + 8) — quant::ref's order, as dot_chunk's 4-lanes-per-block mapping. Regions start on
+// multiples of 16 blocks, so the accumulators carry across a row's regions.
+__device__ float dot_q8_wide(const uint8_t* sm, int nb, const uint8_t* xq, const float* xd, int lane, float acc) {
+  const int jl = lane >> 1, part = lane & 1;
+  for (int j0 = 0; j0 < nb; j0 += 16) {  // uniform trip count: every lane shuffles
+    const int j = j0 + jl;
+    const bool on = j < nb;
+    int isum = 0;
+    if (on) {
+      const int4 w = *reinterpret_cast<const int4*>(sm + j * 32 + 16 * part);
+      const int4 x = *reinterpret_cast<const int4*>(xq + j * 32 + 16 * part);
+      isum = __dp4a(w.x, x.x, isum);
+      isum = __dp4a(w.y, x.y, isum);
+      isum = __dp4a(w.z, x.z, isum);
+      isum = __dp4a(w.w, x.w, isum);
+    }
+    isum += __shfl_xor_sync(kFull, isum, 1);
+    const float v = on ? (h2f(ld16(sm + nb * 32 + 2 * j)) * xd[j]) * static_cast<float>(isum) : 0.0f;
+    const float vhi = __shfl_down_sync(kFull, v, 16);
+    if (lane < 16) {
+      if (on) acc = acc + v;
+      if (j + 8 < nb) acc = acc + vhi;
+    }
+  }
+  return acc;
+}
+
+// dot_q8_wide's result on lane 0: accumulator s sits on lanes 2s, 2s+1; the reference's tree
+// (s, s+4), (s, s+2), (0, 1).
+__device__ float finish_q8_wide(float acc) {
+  for (int off = 8; off >= 2; off >>= 1) acc = acc + __shfl_down_sync(kFull, acc, off);
+  return acc;
+}
 
 // a.rpw rows per warp: with rpw > 1 (short rows, the whole row is one chunk) the warp stages
 // its rows together, so more bytes are in flight per warp.
@@ -546,10 +586,22 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
   }
   if constexpr (T == kIQ2_XXS)
     for (int i = threadIdx.x; i < 256; i += blockDim.x) tab.grid[i] = c_iq2_grid[i];
-  {  // the whole activation row, 4-byte words
+  const bool wide = T == kQ8_0 && jobs.q8_wide;
+  const uint8_t* xq = xs;                                     // wide: int8 values,
+  const float* xd = reinterpret_cast<const float*>(xs + nblk * 32);  // then the f32 scales
+  {  // the whole activation row, 4-byte words (wide: split, word w of block b its scale (w == 0)
+     // or values 4(w-1)..)
     const int n4 = static_cast<int>(nblk * kAct / 4);
     const auto* x4 = reinterpret_cast<const int*>(a.act + g * a.act_stride);
-    for (int i = threadIdx.x; i < n4; i += blockDim.x) cp_async4(reinterpret_cast<int*>(xs) + i, x4 + i);
+    if (wide) {
+      for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        const int b = i / 9, w = i % 9;
+        void* dst = w == 0 ? static_cast<void*>(xs + nblk * 32 + 4 * b) : static_cast<void*>(xs + b * 32 + 4 * (w - 1));
+        cp_async4(dst, x4 + i);
+      }
+    } else {
+      for (int i = threadIdx.x; i < n4; i += blockDim.x) cp_async4(reinterpret_cast<int*>(xs) + i, x4 + i);
+    }
     cp_async_commit();
   }
   if (!early) issue();
@@ -570,9 +622,10 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
     if (a.rpw == 1) {
       const int64_t c0 = static_cast<int64_t>(ch) * CB;
       const int nb = static_cast<int>(nblk - c0 < CB ? nblk - c0 : CB);
-      acc = dot_chunk<T>(sm, xs + c0 * kAct, nb, lane, tab, acc);
+      acc = wide ? dot_q8_wide(sm, nb, xq + c0 * 32, xd + c0, lane, acc)
+                 : dot_chunk<T>(sm, xs + c0 * kAct, nb, lane, tab, acc);
       if (ch == nch - 1) {
-        const float out = dot_finish<T>(acc);
+        const float out = wide ? finish_q8_wide(acc) : dot_finish<T>(acc);
         if (lane == 0) a.y[g * a.y_stride + s] = out;
         acc = 0.0f;
       }
@@ -580,8 +633,9 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
       const int64_t r0 = s * a.rpw;
       const int n_mine = static_cast<int>(a.n_rows - r0 < a.rpw ? a.n_rows - r0 : a.rpw);
       for (int k = 0; k < n_mine; ++k) {
-        const float v = dot_finish<T>(
-            dot_chunk<T>(sm + k * staged_row_stride(a.row_bytes), xs, static_cast<int>(nblk), lane, tab, 0.0f));
+        const uint8_t* row = sm + k * staged_row_stride(a.row_bytes);
+        const float v = wide ? finish_q8_wide(dot_q8_wide(row, static_cast<int>(nblk), xq, xd, lane, 0.0f))
+                             : dot_finish<T>(dot_chunk<T>(row, xs, static_cast<int>(nblk), lane, tab, 0.0f));
         if (lane == 0) a.y[g * a.y_stride + r0 + k] = v;
       }
     }
@@ -742,6 +796,15 @@ __global__ void __launch_bounds__(kDirWarps * 32, 4) matvec_iq2_direct_kernel(Ma
   }
 }
 
+// DS4_CUDA_Q8_WIDE=0: the streaming kernel's Q8_0 dot in dot_chunk's 4-lanes-per-block mapping.
+bool q8_wide_off() {
+  static const bool off = [] {
+    const char* v = std::getenv("DS4_CUDA_Q8_WIDE");
+    return v && v[0] == '0';
+  }();
+  return off;
+}
+
 // DS4_CUDA_MATVEC_DIRECT=0: IQ2_XXS uses the streaming kernel too (comparisons).
 bool direct_off() {
   static const bool off = [] {
@@ -793,6 +856,7 @@ void launch_matvec(MatvecJobs jobs, int n_jobs, int groups) {
       return;
     }
   }
+  jobs.q8_wide = !q8_wide_off();
   if (resident) {  // one wave: 4 blocks per SM over all groups and jobs
     const int64_t wave = std::max<int64_t>(1, int64_t{4} * sm_count() / (int64_t{groups} * n_jobs));
     blocks = std::min(blocks, wave);
