@@ -187,6 +187,8 @@ TEST_F(CudaKernels, MatvecMatchesCpuForEveryTypeAndPath) {
     const int64_t blk = ggml_type_info(static_cast<uint32_t>(type))->block_elems;
     std::vector<Shape> shapes = {{37, 256}, {70, 4096}, {9, 16384}};
     if (blk == 32 || blk == 1) shapes.push_back({45, 96});  // 96-value rows: not 16-byte multiples
+    // Q8_0 launches of >= 24 MiB take the 2-lanes-per-block dot (grouped and as a pair).
+    if (type == GgmlType::Q8_0) shapes.push_back({3072, 4096});
     for (const Shape sh : shapes) {
       SCOPED_TRACE(std::string(ggml_type_info(static_cast<uint32_t>(type))->name) + " cols " +
                    std::to_string(sh.cols));

@@ -796,6 +796,8 @@ __global__ void __launch_bounds__(kDirWarps * 32, 4) matvec_iq2_direct_kernel(Ma
   }
 }
 
+constexpr int64_t kQ8WideMinBytes = int64_t{24} << 20;  // see launch_matvec
+
 // DS4_CUDA_Q8_WIDE=0: the streaming kernel's Q8_0 dot in dot_chunk's 4-lanes-per-block mapping.
 bool q8_wide_off() {
   static const bool off = [] {
@@ -856,7 +858,13 @@ void launch_matvec(MatvecJobs jobs, int n_jobs, int groups) {
       return;
     }
   }
-  jobs.q8_wide = !q8_wide_off();
+  // The 2-lanes-per-block Q8_0 dot wins on the big projections (q_b, o_a, o_b, output: -9 to -16 %
+  // per matrix on the H200) and loses on the small ones (q_a, kv, shared expert: +6 to +24 %),
+  // where the split activation staging is not amortised over enough rows.
+  int64_t total_bytes = 0;
+  for (int j = 0; j < n_jobs; ++j) total_bytes += jobs.job[j].n_rows * static_cast<int64_t>(jobs.job[j].row_bytes);
+  if (jobs.job[0].group_rows > 0) total_bytes *= groups;  // groups read different rows (experts, o_a)
+  jobs.q8_wide = !q8_wide_off() && total_bytes >= kQ8WideMinBytes;
   if (resident) {  // one wave: 4 blocks per SM over all groups and jobs
     const int64_t wave = std::max<int64_t>(1, int64_t{4} * sm_count() / (int64_t{groups} * n_jobs));
     blocks = std::min(blocks, wave);
