@@ -1213,12 +1213,119 @@ __global__ void __launch_bounds__(kLnWarps * 32) matmat_lane_float_kernel(Matmat
   }
 }
 
+// Q8_0 matmat with the integer block dots on tensor cores. mma.m16n8k32 (s8 x s8 -> s32) takes
+// exactly one 32-value block: for a 16-row x 8-token tile it returns every isum_b exactly (integer
+// sums do not depend on their order), and each lane applies the reference's float steps to its
+// four (row, token) entries: s = (d_w * d_x) * (float)isum_b into accumulator b mod 8 in block
+// order, then ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)). Bit-identical to matvec.
+// Fragments (g = lane / 4, t = lane % 4): A a0..a3 = rows g, g+8 x values 4t..4t+3 and
+// 16+4t..16+4t+3 of the block; B b0, b1 = values 4t.., 16+4t.. of token g; C c0..c3 = (row g,
+// token 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). A block of kMqWarps warps takes 16 rows and
+// kMqWarps x 8 tokens at a time. Weights are split rows (weight_layout.cuh), 4-byte aligned.
+constexpr int kMqWarps = 4;
+
+__device__ __forceinline__ void mma_s8_16x8x32(const int (&a)[4], int b0, int b1, int (&c)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
+#else
+  c[0] = c[1] = c[2] = c[3] = 0;  // not built below sm_80 (launch_matmat checks)
+#endif
+}
+
+__global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_q8_kernel(MatmatArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  const int grp = blockIdx.y;
+  const int n = a.cnt ? a.cnt[grp] : a.n_tok;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * 16;
+  if (n <= 0 || r0 >= a.n_rows) return;  // whole block
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t nblk = a.cols / 32;
+  const int32_t* list = a.list ? a.list + grp * a.list_stride : nullptr;
+  auto wrow = [&](int64_t r) {  // row r of this group (clamped: rows past the end are read, not used)
+    const int64_t rr = r < a.n_rows ? r : a.n_rows - 1;
+    return a.w + static_cast<size_t>(a.row0 + grp * a.group_rows + rr) * a.row_bytes;
+  };
+  const uint8_t* wg = wrow(r0 + g);
+  const uint8_t* wg8 = wrow(r0 + g + 8);
+  auto entry = [&](int k) { return list ? static_cast<int64_t>(list[k]) : static_cast<int64_t>(k); };
+  auto xrow = [&](int64_t e) {
+    return a.act + static_cast<size_t>((e / a.in_div) * a.in_mul + grp * a.in_gmul) * a.act_stride;
+  };
+  for (int k0 = warp * 8; k0 < n; k0 += kMqWarps * 8) {
+    // This lane's B token (g) and its output tokens (2t, 2t+1); tokens past n read token k0.
+    const int kb = k0 + g < n ? k0 + g : k0;
+    const int ka = k0 + 2 * t < n ? k0 + 2 * t : k0, kc = k0 + 2 * t + 1 < n ? k0 + 2 * t + 1 : k0;
+    const uint8_t* xb = xrow(entry(kb));
+    const uint8_t* xa = xrow(entry(ka));
+    const uint8_t* xc = xrow(entry(kc));
+    float p[8][4];
+#pragma unroll
+    for (int s = 0; s < 8; ++s) p[s][0] = p[s][1] = p[s][2] = p[s][3] = 0.0f;
+    for (int64_t b0 = 0; b0 < nblk; b0 += 8) {
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+        const int64_t b = b0 + s;
+        if (b >= nblk) break;  // uniform
+        const int av[4] = {ld32(wg + b * 32 + 4 * t), ld32(wg8 + b * 32 + 4 * t), ld32(wg + b * 32 + 16 + 4 * t),
+                           ld32(wg8 + b * 32 + 16 + 4 * t)};
+        int c[4];
+        mma_s8_16x8x32(av, ld32(xb + b * 36 + 4 + 4 * t), ld32(xb + b * 36 + 20 + 4 * t), c);
+        const float dg = h2f(ld16(wg + nblk * 32 + 2 * b)), dg8 = h2f(ld16(wg8 + nblk * 32 + 2 * b));
+        const float xda = *reinterpret_cast<const float*>(xa + b * 36);
+        const float xdc = *reinterpret_cast<const float*>(xc + b * 36);
+        p[s][0] = p[s][0] + (dg * xda) * static_cast<float>(c[0]);
+        p[s][1] = p[s][1] + (dg * xdc) * static_cast<float>(c[1]);
+        p[s][2] = p[s][2] + (dg8 * xda) * static_cast<float>(c[2]);
+        p[s][3] = p[s][3] + (dg8 * xdc) * static_cast<float>(c[3]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r = r0 + g + (i >= 2 ? 8 : 0);
+      const int k = k0 + 2 * t + (i & 1);
+      if (r >= a.n_rows || k >= n) continue;
+      const float out = ((p[0][i] + p[4][i]) + (p[2][i] + p[6][i])) + ((p[1][i] + p[5][i]) + (p[3][i] + p[7][i]));
+      a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = out;
+    }
+  }
+}
+
+// DS4_CUDA_MATMAT_MMA=0: Q8_0 prefill matvecs through the token-per-lane kernel.
+bool mma_off() {
+  static const bool off = [] {
+    const char* v = std::getenv("DS4_CUDA_MATMAT_MMA");
+    return v && v[0] == '0';
+  }();
+  return off;
+}
+
+// Compute capability >= 8.0 on the current device (integer mma.sync).
+bool has_int8_mma() {
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  return major >= 8;
+}
+
 template <uint32_t T>
 void launch_matmat(const MatmatArgs& a, int groups) {
   if constexpr (T == kF32 || T == kF16 || T == kBF16) {
     if (!lane_matmat_off() && a.cols % 16 == 0) {
       const dim3 grid(static_cast<unsigned>((a.n_rows + kLnWarps - 1) / kLnWarps), static_cast<unsigned>(groups));
       launch_k(matmat_lane_float_kernel<T>, grid, kLnWarps * 32, 0, a);
+      return;
+    }
+  }
+  if constexpr (T == kQ8_0) {
+    if (!lane_matmat_off() && !mma_off() && a.row_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(a.w) % 4 == 0 &&
+        a.act_stride % 4 == 0 && has_int8_mma()) {
+      const dim3 grid(static_cast<unsigned>((a.n_rows + 15) / 16), static_cast<unsigned>(groups));
+      launch_k(matmat_mma_q8_kernel, grid, kMqWarps * 32, 0, a);
       return;
     }
   }
