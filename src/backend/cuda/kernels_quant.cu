@@ -1213,7 +1213,7 @@ __global__ void __launch_bounds__(kLnWarps * 32) matmat_lane_float_kernel(Matmat
   }
 }
 
-// Q8_0 matmat with the integer block dots on tensor cores. mma.m16n8k32 (s8 x s8 -> s32) takes
+// Q8_0 / IQ2_XXS matmat with the integer block dots on tensor cores (IQ2_XXS below). mma.m16n8k32 (s8 x s8 -> s32) takes
 // exactly one 32-value block: for a 16-row x 8-token tile it returns every isum_b exactly (integer
 // sums do not depend on their order), and each lane applies the reference's float steps to its
 // four (row, token) entries: s = (d_w * d_x) * (float)isum_b into accumulator b mod 8 in block
@@ -1236,15 +1236,36 @@ __device__ __forceinline__ void mma_s8_16x8x32(const int (&a)[4], int b0, int b1
 #endif
 }
 
-__global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_q8_kernel(MatmatArgs a) {
+// One IQ2_XXS signed 4-value word (values 8e + 4h .. +3 of a 32-value group whose 8 bytes are
+// aw0 (grid indices) and aw1 (signs, scale)): the grid half with its signs applied, as k_part.
+__device__ __forceinline__ int iq2_word(uint32_t aw0, uint32_t aw1, int e, int h, const Tables& tab) {
+  const uint64_t grid = tab.grid[(aw0 >> (8 * e)) & 0xff];
+  const uint32_t s7 = (aw1 >> (7 * e)) & 127;
+  const uint32_t signs = s7 | ((__popc(s7) & 1u) << 7);
+  const uint32_t m01 = (((signs >> (4 * h)) & 15) * 0x00204081u) & 0x01010101u;
+  const uint32_t gw = static_cast<uint32_t>(grid >> (32 * h));
+  return static_cast<int>((gw ^ (m01 * 0xffu)) + m01);  // grid bytes 8..43: no carry between bytes
+}
+
+// T = Q8_0 (Q8_0 activations) or IQ2_XXS (Q8_K activations; one MMA per 32-value group, the
+// group's odd scale applied to the exact sums in integers, then the block value in block order).
+template <uint32_t T>
+__global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a) {
   pdl_wait();
   pdl_trigger();
+  __shared__ Tables tab;
   const int grp = blockIdx.y;
   const int n = a.cnt ? a.cnt[grp] : a.n_tok;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * 16;
   if (n <= 0 || r0 >= a.n_rows) return;  // whole block
+  if constexpr (T == kIQ2_XXS) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) tab.grid[i] = c_iq2_grid[i];
+    __syncthreads();
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int64_t nblk = a.cols / 32;
+  constexpr int B = Split<T>::kBulk;        // payload bytes per weight block
+  constexpr int kAct = ActFmt<T>::kBytes;   // activation bytes per block
+  const int64_t nblk = a.cols / Fmt<T>::kVals;
   const int32_t* list = a.list ? a.list + grp * a.list_stride : nullptr;
   auto wrow = [&](int64_t r) {  // row r of this group (clamped: rows past the end are read, not used)
     const int64_t rr = r < a.n_rows ? r : a.n_rows - 1;
@@ -1263,39 +1284,73 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_q8_kernel(MatmatArgs
     const uint8_t* xb = xrow(entry(kb));
     const uint8_t* xa = xrow(entry(ka));
     const uint8_t* xc = xrow(entry(kc));
-    float p[8][4];
+    float out[4];
+    if constexpr (T == kQ8_0) {
+      float p[8][4];
 #pragma unroll
-    for (int s = 0; s < 8; ++s) p[s][0] = p[s][1] = p[s][2] = p[s][3] = 0.0f;
-    for (int64_t b0 = 0; b0 < nblk; b0 += 8) {
+      for (int s = 0; s < 8; ++s) p[s][0] = p[s][1] = p[s][2] = p[s][3] = 0.0f;
+      for (int64_t b0 = 0; b0 < nblk; b0 += 8) {
 #pragma unroll
-      for (int s = 0; s < 8; ++s) {
-        const int64_t b = b0 + s;
-        if (b >= nblk) break;  // uniform
-        const int av[4] = {ld32(wg + b * 32 + 4 * t), ld32(wg8 + b * 32 + 4 * t), ld32(wg + b * 32 + 16 + 4 * t),
-                           ld32(wg8 + b * 32 + 16 + 4 * t)};
-        int c[4];
-        mma_s8_16x8x32(av, ld32(xb + b * 36 + 4 + 4 * t), ld32(xb + b * 36 + 20 + 4 * t), c);
-        const float dg = h2f(ld16(wg + nblk * 32 + 2 * b)), dg8 = h2f(ld16(wg8 + nblk * 32 + 2 * b));
-        const float xda = *reinterpret_cast<const float*>(xa + b * 36);
-        const float xdc = *reinterpret_cast<const float*>(xc + b * 36);
-        p[s][0] = p[s][0] + (dg * xda) * static_cast<float>(c[0]);
-        p[s][1] = p[s][1] + (dg * xdc) * static_cast<float>(c[1]);
-        p[s][2] = p[s][2] + (dg8 * xda) * static_cast<float>(c[2]);
-        p[s][3] = p[s][3] + (dg8 * xdc) * static_cast<float>(c[3]);
+        for (int s = 0; s < 8; ++s) {
+          const int64_t b = b0 + s;
+          if (b >= nblk) break;  // uniform
+          const int av[4] = {ld32(wg + b * B + 4 * t), ld32(wg8 + b * B + 4 * t), ld32(wg + b * B + 16 + 4 * t),
+                             ld32(wg8 + b * B + 16 + 4 * t)};
+          int c[4];
+          mma_s8_16x8x32(av, ld32(xb + b * kAct + 4 + 4 * t), ld32(xb + b * kAct + 20 + 4 * t), c);
+          const float dg = h2f(ld16(wg + nblk * B + 2 * b)), dg8 = h2f(ld16(wg8 + nblk * B + 2 * b));
+          const float xda = *reinterpret_cast<const float*>(xa + b * kAct);
+          const float xdc = *reinterpret_cast<const float*>(xc + b * kAct);
+          p[s][0] = p[s][0] + (dg * xda) * static_cast<float>(c[0]);
+          p[s][1] = p[s][1] + (dg * xdc) * static_cast<float>(c[1]);
+          p[s][2] = p[s][2] + (dg8 * xda) * static_cast<float>(c[2]);
+          p[s][3] = p[s][3] + (dg8 * xdc) * static_cast<float>(c[3]);
+        }
       }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        out[i] = ((p[0][i] + p[4][i]) + (p[2][i] + p[6][i])) + ((p[1][i] + p[5][i]) + (p[3][i] + p[7][i]));
+    } else {  // IQ2_XXS
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int64_t b = 0; b < nblk; ++b) {
+        int isum[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int gi = 0; gi < 8; ++gi) {
+          const uint2 qg = *reinterpret_cast<const uint2*>(wg + b * B + 8 * gi);
+          const uint2 qg8 = *reinterpret_cast<const uint2*>(wg8 + b * B + 8 * gi);
+          const int e = t >> 1, h = t & 1;  // values 4t.. = grid entry t/2, half t%2; 16+4t.. entry 2 + t/2
+          const int av[4] = {iq2_word(qg.x, qg.y, e, h, tab), iq2_word(qg8.x, qg8.y, e, h, tab),
+                             iq2_word(qg.x, qg.y, 2 + e, h, tab), iq2_word(qg8.x, qg8.y, 2 + e, h, tab)};
+          int c[4];
+          const uint8_t* yq = xb + b * kAct + 4 + 32 * gi;
+          mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
+          const int sg = static_cast<int>(2 * (qg.y >> 28) + 1), sg8 = static_cast<int>(2 * (qg8.y >> 28) + 1);
+          isum[0] += c[0] * sg;
+          isum[1] += c[1] * sg;
+          isum[2] += c[2] * sg8;
+          isum[3] += c[3] * sg8;
+        }
+        const float dg = h2f(ld16(wg + nblk * B + 2 * b)), dg8 = h2f(ld16(wg8 + nblk * B + 2 * b));
+        const float yda = *reinterpret_cast<const float*>(xa + b * kAct);
+        const float ydc = *reinterpret_cast<const float*>(xc + b * kAct);
+        acc[0] = acc[0] + (dg * yda) * static_cast<float>(isum[0]);
+        acc[1] = acc[1] + (dg * ydc) * static_cast<float>(isum[1]);
+        acc[2] = acc[2] + (dg8 * yda) * static_cast<float>(isum[2]);
+        acc[3] = acc[3] + (dg8 * ydc) * static_cast<float>(isum[3]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) out[i] = 0.125f * acc[i];
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t r = r0 + g + (i >= 2 ? 8 : 0);
       const int k = k0 + 2 * t + (i & 1);
-      if (r >= a.n_rows || k >= n) continue;
-      const float out = ((p[0][i] + p[4][i]) + (p[2][i] + p[6][i])) + ((p[1][i] + p[5][i]) + (p[3][i] + p[7][i]));
-      a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = out;
+      if (r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = out[i];
     }
   }
 }
 
-// DS4_CUDA_MATMAT_MMA=0: Q8_0 prefill matvecs through the token-per-lane kernel.
+// DS4_CUDA_MATMAT_MMA=0: Q8_0 / IQ2_XXS prefill matvecs through the token-per-lane / generic kernels.
 bool mma_off() {
   static const bool off = [] {
     const char* v = std::getenv("DS4_CUDA_MATMAT_MMA");
@@ -1321,11 +1376,12 @@ void launch_matmat(const MatmatArgs& a, int groups) {
       return;
     }
   }
-  if constexpr (T == kQ8_0) {
-    if (!lane_matmat_off() && !mma_off() && a.row_bytes % 4 == 0 && reinterpret_cast<uintptr_t>(a.w) % 4 == 0 &&
+  if constexpr (T == kQ8_0 || T == kIQ2_XXS) {  // payloads read 4 (Q8_0) / 8 (IQ2_XXS) bytes at a time
+    constexpr size_t kAlign = T == kQ8_0 ? 4 : 8;
+    if (!mma_off() && !lane_matmat_off() && a.row_bytes % kAlign == 0 && reinterpret_cast<uintptr_t>(a.w) % kAlign == 0 &&
         a.act_stride % 4 == 0 && has_int8_mma()) {
       const dim3 grid(static_cast<unsigned>((a.n_rows + 15) / 16), static_cast<unsigned>(groups));
-      launch_k(matmat_mma_q8_kernel, grid, kMqWarps * 32, 0, a);
+      launch_k(matmat_mma_kernel<T>, grid, kMqWarps * 32, 0, a);
       return;
     }
   }
