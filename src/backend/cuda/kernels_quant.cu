@@ -1236,6 +1236,13 @@ __device__ __forceinline__ void mma_s8_16x8x32(const int (&a)[4], int b0, int b1
 #endif
 }
 
+// Payload bytes of a block of a split format (weight_layout.cuh); the whole block otherwise.
+template <uint32_t T>
+__host__ __device__ constexpr int payload_bytes() {
+  if constexpr (Split<T>::kOn) return Split<T>::kBulk;
+  else return Fmt<T>::kBytes;
+}
+
 // One IQ2_XXS signed 4-value word (values 8e + 4h .. +3 of a 32-value group whose 8 bytes are
 // aw0 (grid indices) and aw1 (signs, scale)): the grid half with its signs applied, as k_part.
 __device__ __forceinline__ int iq2_word(uint32_t aw0, uint32_t aw1, int e, int h, const Tables& tab) {
@@ -1247,8 +1254,9 @@ __device__ __forceinline__ int iq2_word(uint32_t aw0, uint32_t aw1, int e, int h
   return static_cast<int>((gw ^ (m01 * 0xffu)) + m01);  // grid bytes 8..43: no carry between bytes
 }
 
-// T = Q8_0 (Q8_0 activations) or IQ2_XXS (Q8_K activations; one MMA per 32-value group, the
-// group's odd scale applied to the exact sums in integers, then the block value in block order).
+// T = Q8_0 (Q8_0 activations), IQ2_XXS (Q8_K activations; one MMA per 32-value group, the
+// group's odd scale applied to the exact sums in integers, then the block value in block order)
+// or Q2_K/Q4_K (Q8_K activations; one MMA per 32-value part, see below).
 template <uint32_t T>
 __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a) {
   pdl_wait();
@@ -1263,7 +1271,7 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
     __syncthreads();
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  constexpr int B = Split<T>::kBulk;        // payload bytes per weight block
+  constexpr int B = payload_bytes<T>();     // payload bytes per weight block (split formats)
   constexpr int kAct = ActFmt<T>::kBytes;   // activation bytes per block
   const int64_t nblk = a.cols / Fmt<T>::kVals;
   const int32_t* list = a.list ? a.list + grp * a.list_stride : nullptr;
@@ -1310,6 +1318,92 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         out[i] = ((p[0][i] + p[4][i]) + (p[2][i] + p[6][i])) + ((p[1][i] + p[5][i]) + (p[3][i] + p[7][i]));
+    } else if constexpr (T == kQ2_K || T == kQ4_K) {
+      // 32-value parts: Q2_K part p = sub-blocks 2p, 2p+1 (codes 0..3 times their 4-bit scale
+      // fit int8, so one MMA gives sum_j sc_j * sum q y for both); Q4_K part j = sub-block j
+      // (codes 0..15, one MMA, then the 6-bit scale in integers). The min term is the scalar
+      // dot of the activation's bsums with the mins, as k_part.
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int64_t b = 0; b < nblk; ++b) {
+        const uint8_t* bg = wg + b * Fmt<T>::kBytes;
+        const uint8_t* bg8 = wg8 + b * Fmt<T>::kBytes;
+        const uint8_t* ya = xa + b * kAct;
+        const uint8_t* yc = xc + b * kAct;
+        int isum[4] = {0, 0, 0, 0}, summs[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int part = 0; part < 8; ++part) {
+          int av[4];
+          if constexpr (T == kQ2_K) {
+            const int off = 16 + 32 * (part / 4) + 4 * t, shift = 2 * (part % 4);
+            const int s0 = bg[2 * part] & 15, s1 = bg[2 * part + 1] & 15;
+            const int t0 = bg8[2 * part] & 15, t1 = bg8[2 * part + 1] & 15;
+            av[0] = ((ld32(bg + off) >> shift) & 0x03030303) * s0;
+            av[1] = ((ld32(bg8 + off) >> shift) & 0x03030303) * t0;
+            av[2] = ((ld32(bg + off + 16) >> shift) & 0x03030303) * s1;
+            av[3] = ((ld32(bg8 + off + 16) >> shift) & 0x03030303) * t1;
+          } else {
+            const int off = 16 + 32 * (part / 2) + 4 * t, shift = 4 * (part & 1);
+            av[0] = (ld32(bg + off) >> shift) & 0x0f0f0f0f;
+            av[1] = (ld32(bg8 + off) >> shift) & 0x0f0f0f0f;
+            av[2] = (ld32(bg + off + 16) >> shift) & 0x0f0f0f0f;
+            av[3] = (ld32(bg8 + off + 16) >> shift) & 0x0f0f0f0f;
+          }
+          int c[4];
+          const uint8_t* yq = xb + b * kAct + 4 + 32 * part;
+          mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
+          if constexpr (T == kQ2_K) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) isum[i] += c[i];
+          } else {  // the sub-block's 6-bit scale (k_part's unpacking)
+            auto sc_of = [&](const uint8_t* blk) {
+              const uint8_t* sc = blk + 4;
+              return part < 4 ? (sc[part] & 63) : ((sc[part + 4] & 15) | ((sc[part - 4] >> 6) << 4));
+            };
+            const int sg = sc_of(bg), sg8 = sc_of(bg8);
+            isum[0] += sg * c[0];
+            isum[1] += sg * c[1];
+            isum[2] += sg8 * c[2];
+            isum[3] += sg8 * c[3];
+          }
+        }
+        // Min corrections: Q2_K sum_j bsums_j * (sc_j >> 4) over 16 sub-blocks; Q4_K
+        // sum_j mn_j * (bsums_2j + bsums_2j+1) over 8.
+        const auto* bsa = reinterpret_cast<const int16_t*>(ya + 260);
+        const auto* bsc = reinterpret_cast<const int16_t*>(yc + 260);
+        if constexpr (T == kQ2_K) {
+          for (int j = 0; j < 16; ++j) {
+            const int m = bg[j] >> 4, m8 = bg8[j] >> 4;
+            summs[0] += bsa[j] * m;
+            summs[1] += bsc[j] * m;
+            summs[2] += bsa[j] * m8;
+            summs[3] += bsc[j] * m8;
+          }
+        } else {
+          for (int j = 0; j < 8; ++j) {
+            auto mn_of = [&](const uint8_t* blk) {
+              const uint8_t* sc = blk + 4;
+              return j < 4 ? (sc[j + 4] & 63) : ((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+            };
+            const int m = mn_of(bg), m8 = mn_of(bg8);
+            summs[0] += m * (bsa[2 * j] + bsa[2 * j + 1]);
+            summs[1] += m * (bsc[2 * j] + bsc[2 * j + 1]);
+            summs[2] += m8 * (bsa[2 * j] + bsa[2 * j + 1]);
+            summs[3] += m8 * (bsc[2 * j] + bsc[2 * j + 1]);
+          }
+        }
+        const int off = T == kQ2_K ? 80 : 0;  // d, dmin
+        const float yda = *reinterpret_cast<const float*>(ya), ydc = *reinterpret_cast<const float*>(yc);
+        const float wd[2] = {h2f(ld16(bg + off)), h2f(ld16(bg8 + off))};
+        const float wm[2] = {h2f(ld16(bg + off + 2)), h2f(ld16(bg8 + off + 2))};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float yd = (i & 1) ? ydc : yda;
+          const float dall = yd * wd[i >> 1], dmin = yd * wm[i >> 1];
+          acc[i] = acc[i] + (dall * static_cast<float>(isum[i]) - dmin * static_cast<float>(summs[i]));
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) out[i] = acc[i];
     } else {  // IQ2_XXS
       float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (int64_t b = 0; b < nblk; ++b) {
@@ -1376,8 +1470,8 @@ void launch_matmat(const MatmatArgs& a, int groups) {
       return;
     }
   }
-  if constexpr (T == kQ8_0 || T == kIQ2_XXS) {  // payloads read 4 (Q8_0) / 8 (IQ2_XXS) bytes at a time
-    constexpr size_t kAlign = T == kQ8_0 ? 4 : 8;
+  if constexpr (T == kQ8_0 || T == kIQ2_XXS || T == kQ2_K || T == kQ4_K) {
+    constexpr size_t kAlign = T == kIQ2_XXS ? 8 : 4;  // payload words read 8 (IQ2_XXS) or 4 bytes at a time
     if (!mma_off() && !lane_matmat_off() && a.row_bytes % kAlign == 0 && reinterpret_cast<uintptr_t>(a.w) % kAlign == 0 &&
         a.act_stride % 4 == 0 && has_int8_mma()) {
       const dim3 grid(static_cast<unsigned>((a.n_rows + 15) / 16), static_cast<unsigned>(groups));
