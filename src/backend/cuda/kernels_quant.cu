@@ -1213,7 +1213,7 @@ __global__ void __launch_bounds__(kLnWarps * 32) matmat_lane_float_kernel(Matmat
   }
 }
 
-// Q8_0 / IQ2_XXS matmat with the integer block dots on tensor cores (IQ2_XXS below). mma.m16n8k32 (s8 x s8 -> s32) takes
+// Q8_0 / IQ2_XXS / Q2_K / Q4_K matmat with the integer block dots on tensor cores (the others below). mma.m16n8k32 (s8 x s8 -> s32) takes
 // exactly one 32-value block: for a 16-row x 8-token tile it returns every isum_b exactly (integer
 // sums do not depend on their order), and each lane applies the reference's float steps to its
 // four (row, token) entries: s = (d_w * d_x) * (float)isum_b into accumulator b mod 8 in block
@@ -1444,7 +1444,7 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
   }
 }
 
-// DS4_CUDA_MATMAT_MMA=0: Q8_0 / IQ2_XXS prefill matvecs through the token-per-lane / generic kernels.
+// DS4_CUDA_MATMAT_MMA=0: Q8_0 / IQ2_XXS / Q2_K / Q4_K prefill matvecs through the token-per-lane / generic kernels.
 bool mma_off() {
   static const bool off = [] {
     const char* v = std::getenv("DS4_CUDA_MATMAT_MMA");
