@@ -1285,12 +1285,269 @@ __global__ void __launch_bounds__(kLnWarps * 32) matmat_lane_float_kernel(Matmat
   }
 }
 
+// Q8_0 / IQ2_XXS / Q2_K / Q4_K matmat with the integer block dots on tensor cores (the others below). mma.m16n8k32 (s8 x s8 -> s32) takes
+// exactly one 32-value block: for a 16-row x 8-token tile it returns every isum_b exactly (integer
+// sums do not depend on their order), and each lane applies the reference's float steps to its
+// four (row, token) entries: s = (d_w * d_x) * (float)isum_b into accumulator b mod 8 in block
+// order, then ((p0+p4)+(p2+p6)) + ((p1+p5)+(p3+p7)). Bit-identical to matvec.
+// Fragments (g = lane / 4, t = lane % 4): A a0..a3 = rows g, g+8 x values 4t..4t+3 and
+// 16+4t..16+4t+3 of the block; B b0, b1 = values 4t.., 16+4t.. of token g; C c0..c3 = (row g,
+// token 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). A block of kMqWarps warps takes 16 rows and
+// kMqWarps x 8 tokens at a time. Weights are split rows (weight_layout.cuh), 4-byte aligned.
+constexpr int kMqWarps = 4;
+
+__device__ __forceinline__ void mma_s8_16x8x32(const int (&a)[4], int b0, int b1, int (&c)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0), "r"(0), "r"(0), "r"(0));
+#else
+  c[0] = c[1] = c[2] = c[3] = 0;  // not built below sm_80 (launch_matmat checks)
+#endif
+}
+
+// Payload bytes of a block of a split format (weight_layout.cuh); the whole block otherwise.
+template <uint32_t T>
+__host__ __device__ constexpr int payload_bytes() {
+  if constexpr (Split<T>::kOn) return Split<T>::kBulk;
+  else return Fmt<T>::kBytes;
+}
+
+// One IQ2_XXS signed 4-value word (values 8e + 4h .. +3 of a 32-value group whose 8 bytes are
+// aw0 (grid indices) and aw1 (signs, scale)): the grid half with its signs applied, as k_part.
+__device__ __forceinline__ int iq2_word(uint32_t aw0, uint32_t aw1, int e, int h, const Tables& tab) {
+  const uint64_t grid = tab.grid[(aw0 >> (8 * e)) & 0xff];
+  const uint32_t s7 = (aw1 >> (7 * e)) & 127;
+  const uint32_t signs = s7 | ((__popc(s7) & 1u) << 7);
+  const uint32_t m01 = (((signs >> (4 * h)) & 15) * 0x00204081u) & 0x01010101u;
+  const uint32_t gw = static_cast<uint32_t>(grid >> (32 * h));
+  return static_cast<int>((gw ^ (m01 * 0xffu)) + m01);  // grid bytes 8..43: no carry between bytes
+}
+
+// T = Q8_0 (Q8_0 activations), IQ2_XXS (Q8_K activations; one MMA per 32-value group, the
+// group's odd scale applied to the exact sums in integers, then the block value in block order)
+// or Q2_K/Q4_K (Q8_K activations; one MMA per 32-value part, see below).
+template <uint32_t T>
+__global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ Tables tab;
+  const int grp = blockIdx.y;
+  const int n = a.cnt ? a.cnt[grp] : a.n_tok;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * 16;
+  if (n <= 0 || r0 >= a.n_rows) return;  // whole block
+  if constexpr (T == kIQ2_XXS) {
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) tab.grid[i] = c_iq2_grid[i];
+    __syncthreads();
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  constexpr int B = payload_bytes<T>();     // payload bytes per weight block (split formats)
+  constexpr int kAct = ActFmt<T>::kBytes;   // activation bytes per block
+  const int64_t nblk = a.cols / Fmt<T>::kVals;
+  const int32_t* list = a.list ? a.list + grp * a.list_stride : nullptr;
+  auto wrow = [&](int64_t r) {  // row r of this group (clamped: rows past the end are read, not used)
+    const int64_t rr = r < a.n_rows ? r : a.n_rows - 1;
+    return a.w + static_cast<size_t>(a.row0 + grp * a.group_rows + rr) * a.row_bytes;
+  };
+  const uint8_t* wg = wrow(r0 + g);
+  const uint8_t* wg8 = wrow(r0 + g + 8);
+  auto entry = [&](int k) { return list ? static_cast<int64_t>(list[k]) : static_cast<int64_t>(k); };
+  auto xrow = [&](int64_t e) {
+    return a.act + static_cast<size_t>((e / a.in_div) * a.in_mul + grp * a.in_gmul) * a.act_stride;
+  };
+  for (int k0 = warp * 8; k0 < n; k0 += kMqWarps * 8) {
+    // This lane's B token (g) and its output tokens (2t, 2t+1); tokens past n read token k0.
+    const int kb = k0 + g < n ? k0 + g : k0;
+    const int ka = k0 + 2 * t < n ? k0 + 2 * t : k0, kc = k0 + 2 * t + 1 < n ? k0 + 2 * t + 1 : k0;
+    const uint8_t* xb = xrow(entry(kb));
+    const uint8_t* xa = xrow(entry(ka));
+    const uint8_t* xc = xrow(entry(kc));
+    float out[4];
+    if constexpr (T == kQ8_0) {
+      float p[8][4];
+#pragma unroll
+      for (int s = 0; s < 8; ++s) p[s][0] = p[s][1] = p[s][2] = p[s][3] = 0.0f;
+      for (int64_t b0 = 0; b0 < nblk; b0 += 8) {
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+          const int64_t b = b0 + s;
+          if (b >= nblk) break;  // uniform
+          const int av[4] = {ld32(wg + b * B + 4 * t), ld32(wg8 + b * B + 4 * t), ld32(wg + b * B + 16 + 4 * t),
+                             ld32(wg8 + b * B + 16 + 4 * t)};
+          int c[4];
+          mma_s8_16x8x32(av, ld32(xb + b * kAct + 4 + 4 * t), ld32(xb + b * kAct + 20 + 4 * t), c);
+          const float dg = h2f(ld16(wg + nblk * B + 2 * b)), dg8 = h2f(ld16(wg8 + nblk * B + 2 * b));
+          const float xda = *reinterpret_cast<const float*>(xa + b * kAct);
+          const float xdc = *reinterpret_cast<const float*>(xc + b * kAct);
+          p[s][0] = p[s][0] + (dg * xda) * static_cast<float>(c[0]);
+          p[s][1] = p[s][1] + (dg * xdc) * static_cast<float>(c[1]);
+          p[s][2] = p[s][2] + (dg8 * xda) * static_cast<float>(c[2]);
+          p[s][3] = p[s][3] + (dg8 * xdc) * static_cast<float>(c[3]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        out[i] = ((p[0][i] + p[4][i]) + (p[2][i] + p[6][i])) + ((p[1][i] + p[5][i]) + (p[3][i] + p[7][i]));
+    } else if constexpr (T == kQ2_K || T == kQ4_K) {
+      // 32-value parts: Q2_K part p = sub-blocks 2p, 2p+1 (codes 0..3 times their 4-bit scale
+      // fit int8, so one MMA gives sum_j sc_j * sum q y for both); Q4_K part j = sub-block j
+      // (codes 0..15, one MMA, then the 6-bit scale in integers). The min term is the scalar
+      // dot of the activation's bsums with the mins, as k_part.
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int64_t b = 0; b < nblk; ++b) {
+        const uint8_t* bg = wg + b * Fmt<T>::kBytes;
+        const uint8_t* bg8 = wg8 + b * Fmt<T>::kBytes;
+        const uint8_t* ya = xa + b * kAct;
+        const uint8_t* yc = xc + b * kAct;
+        int isum[4] = {0, 0, 0, 0}, summs[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int part = 0; part < 8; ++part) {
+          int av[4];
+          if constexpr (T == kQ2_K) {
+            const int off = 16 + 32 * (part / 4) + 4 * t, shift = 2 * (part % 4);
+            const int s0 = bg[2 * part] & 15, s1 = bg[2 * part + 1] & 15;
+            const int t0 = bg8[2 * part] & 15, t1 = bg8[2 * part + 1] & 15;
+            av[0] = ((ld32(bg + off) >> shift) & 0x03030303) * s0;
+            av[1] = ((ld32(bg8 + off) >> shift) & 0x03030303) * t0;
+            av[2] = ((ld32(bg + off + 16) >> shift) & 0x03030303) * s1;
+            av[3] = ((ld32(bg8 + off + 16) >> shift) & 0x03030303) * t1;
+          } else {
+            const int off = 16 + 32 * (part / 2) + 4 * t, shift = 4 * (part & 1);
+            av[0] = (ld32(bg + off) >> shift) & 0x0f0f0f0f;
+            av[1] = (ld32(bg8 + off) >> shift) & 0x0f0f0f0f;
+            av[2] = (ld32(bg + off + 16) >> shift) & 0x0f0f0f0f;
+            av[3] = (ld32(bg8 + off + 16) >> shift) & 0x0f0f0f0f;
+          }
+          int c[4];
+          const uint8_t* yq = xb + b * kAct + 4 + 32 * part;
+          mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
+          if constexpr (T == kQ2_K) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) isum[i] += c[i];
+          } else {  // the sub-block's 6-bit scale (k_part's unpacking)
+            auto sc_of = [&](const uint8_t* blk) {
+              const uint8_t* sc = blk + 4;
+              return part < 4 ? (sc[part] & 63) : ((sc[part + 4] & 15) | ((sc[part - 4] >> 6) << 4));
+            };
+            const int sg = sc_of(bg), sg8 = sc_of(bg8);
+            isum[0] += sg * c[0];
+            isum[1] += sg * c[1];
+            isum[2] += sg8 * c[2];
+            isum[3] += sg8 * c[3];
+          }
+        }
+        // Min corrections: Q2_K sum_j bsums_j * (sc_j >> 4) over 16 sub-blocks; Q4_K
+        // sum_j mn_j * (bsums_2j + bsums_2j+1) over 8.
+        const auto* bsa = reinterpret_cast<const int16_t*>(ya + 260);
+        const auto* bsc = reinterpret_cast<const int16_t*>(yc + 260);
+        if constexpr (T == kQ2_K) {
+          for (int j = 0; j < 16; ++j) {
+            const int m = bg[j] >> 4, m8 = bg8[j] >> 4;
+            summs[0] += bsa[j] * m;
+            summs[1] += bsc[j] * m;
+            summs[2] += bsa[j] * m8;
+            summs[3] += bsc[j] * m8;
+          }
+        } else {
+          for (int j = 0; j < 8; ++j) {
+            auto mn_of = [&](const uint8_t* blk) {
+              const uint8_t* sc = blk + 4;
+              return j < 4 ? (sc[j + 4] & 63) : ((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+            };
+            const int m = mn_of(bg), m8 = mn_of(bg8);
+            summs[0] += m * (bsa[2 * j] + bsa[2 * j + 1]);
+            summs[1] += m * (bsc[2 * j] + bsc[2 * j + 1]);
+            summs[2] += m8 * (bsa[2 * j] + bsa[2 * j + 1]);
+            summs[3] += m8 * (bsc[2 * j] + bsc[2 * j + 1]);
+          }
+        }
+        const int off = T == kQ2_K ? 80 : 0;  // d, dmin
+        const float yda = *reinterpret_cast<const float*>(ya), ydc = *reinterpret_cast<const float*>(yc);
+        const float wd[2] = {h2f(ld16(bg + off)), h2f(ld16(bg8 + off))};
+        const float wm[2] = {h2f(ld16(bg + off + 2)), h2f(ld16(bg8 + off + 2))};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float yd = (i & 1) ? ydc : yda;
+          const float dall = yd * wd[i >> 1], dmin = yd * wm[i >> 1];
+          acc[i] = acc[i] + (dall * static_cast<float>(isum[i]) - dmin * static_cast<float>(summs[i]));
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) out[i] = acc[i];
+    } else {  // IQ2_XXS
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      for (int64_t b = 0; b < nblk; ++b) {
+        int isum[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int gi = 0; gi < 8; ++gi) {
+          const uint2 qg = *reinterpret_cast<const uint2*>(wg + b * B + 8 * gi);
+          const uint2 qg8 = *reinterpret_cast<const uint2*>(wg8 + b * B + 8 * gi);
+          const int e = t >> 1, h = t & 1;  // values 4t.. = grid entry t/2, half t%2; 16+4t.. entry 2 + t/2
+          const int av[4] = {iq2_word(qg.x, qg.y, e, h, tab), iq2_word(qg8.x, qg8.y, e, h, tab),
+                             iq2_word(qg.x, qg.y, 2 + e, h, tab), iq2_word(qg8.x, qg8.y, 2 + e, h, tab)};
+          int c[4];
+          const uint8_t* yq = xb + b * kAct + 4 + 32 * gi;
+          mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
+          const int sg = static_cast<int>(2 * (qg.y >> 28) + 1), sg8 = static_cast<int>(2 * (qg8.y >> 28) + 1);
+          isum[0] += c[0] * sg;
+          isum[1] += c[1] * sg;
+          isum[2] += c[2] * sg8;
+          isum[3] += c[3] * sg8;
+        }
+        const float dg = h2f(ld16(wg + nblk * B + 2 * b)), dg8 = h2f(ld16(wg8 + nblk * B + 2 * b));
+        const float yda = *reinterpret_cast<const float*>(xa + b * kAct);
+        const float ydc = *reinterpret_cast<const float*>(xc + b * kAct);
+        acc[0] = acc[0] + (dg * yda) * static_cast<float>(isum[0]);
+        acc[1] = acc[1] + (dg * ydc) * static_cast<float>(isum[1]);
+        acc[2] = acc[2] + (dg8 * yda) * static_cast<float>(isum[2]);
+        acc[3] = acc[3] + (dg8 * ydc) * static_cast<float>(isum[3]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) out[i] = 0.125f * acc[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r = r0 + g + (i >= 2 ? 8 : 0);
+      const int k = k0 + 2 * t + (i & 1);
+      if (r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = out[i];
+    }
+  }
+}
+
+// DS4_CUDA_MATMAT_MMA=0: Q8_0 / IQ2_XXS / Q2_K / Q4_K prefill matvecs through the token-per-lane / generic kernels.
+bool mma_off() {
+  static const bool off = [] {
+    const char* v = std::getenv("DS4_CUDA_MATMAT_MMA");
+    return v && v[0] == '0';
+  }();
+  return off;
+}
+
+// Compute capability >= 8.0 on the current device (integer mma.sync).
+bool has_int8_mma() {
+  int dev = 0, major = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  return major >= 8;
+}
+
 template <uint32_t T>
 void launch_matmat(const MatmatArgs& a, int groups) {
   if constexpr (T == kF32 || T == kF16 || T == kBF16) {
     if (!lane_matmat_off() && a.cols % 16 == 0) {
       const dim3 grid(static_cast<unsigned>((a.n_rows + kLnWarps - 1) / kLnWarps), static_cast<unsigned>(groups));
       launch_k(matmat_lane_float_kernel<T>, grid, kLnWarps * 32, 0, a);
+      return;
+    }
+  }
+  if constexpr (T == kQ8_0 || T == kIQ2_XXS || T == kQ2_K || T == kQ4_K) {
+    constexpr size_t kAlign = T == kIQ2_XXS ? 8 : 4;  // payload words read 8 (IQ2_XXS) or 4 bytes at a time
+    if (!mma_off() && !lane_matmat_off() && a.row_bytes % kAlign == 0 && reinterpret_cast<uintptr_t>(a.w) % kAlign == 0 &&
+        a.act_stride % 4 == 0 && has_int8_mma()) {
+      const dim3 grid(static_cast<unsigned>((a.n_rows + 15) / 16), static_cast<unsigned>(groups));
+      launch_k(matmat_mma_kernel<T>, grid, kMqWarps * 32, 0, a);
       return;
     }
   }
