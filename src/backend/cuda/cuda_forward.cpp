@@ -173,6 +173,15 @@ CudaForward::~CudaForward() {
     for (int i = 0; i < 5; ++i)
       std::fprintf(stderr, "  %7.3f ms/token %5.1f %%  %s\n", pprof_->ms[i] / static_cast<double>(pprof_->tokens),
                    total > 0 ? 100.0 * pprof_->ms[i] / total : 0.0, names[i]);
+    std::vector<std::pair<double, std::string>> ops;
+    for (const auto& [name, v] : pprof_->ops) ops.emplace_back(v.first, name);
+    std::sort(ops.rbegin(), ops.rend());
+    std::fprintf(stderr, "  operations (each synchronised; ms/token, calls, us/call):\n");
+    for (const auto& [ms, name] : ops) {
+      const int64_t calls = pprof_->ops[name].second;
+      std::fprintf(stderr, "  %7.3f %8lld %9.1f  %s\n", ms / static_cast<double>(pprof_->tokens),
+                   static_cast<long long>(calls), 1e3 * ms / static_cast<double>(calls), name.c_str());
+    }
   }
   for (auto& row : graphs_)
     for (cudaGraphExec_t g : row)

@@ -18,7 +18,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <optional>
 #include <span>
 #include <vector>
@@ -104,6 +106,10 @@ class CudaForward {
   void store_emit(const float* ck, const float* cs, const DeviceArray<float>& ape, const DeviceArray<float>& norm,
                   bool indexer, uint32_t ratio, const int64_t* pos, DeviceArray<float>& state_kv,
                   DeviceArray<float>& state_score, DeviceArray<float>& rows);
+  // compressor_chunk of n positions from pos0 with rows ck/cs [n][width] (batch_->pooled scratch).
+  void chunk_compress(const float* ck, const float* cs, const DeviceArray<float>& ape, const DeviceArray<float>& norm,
+                      bool indexer, uint32_t r, int64_t pos0, int n, DeviceArray<float>& state_kv,
+                      DeviceArray<float>& state_score, DeviceArray<float>& rows);
   void mark(const char* op) {  // end of operation `op` (DS4_CUDA_PROFILE)
     if (prof_) prof_->mark(op);
   }
@@ -138,8 +144,9 @@ class CudaForward {
   struct Batch {
     DeviceArray<float> x, x_next, mix, pre, post, comb, sub_in, h, y, qr, q, kv_row, ck, cs, ik, is, iq, iw,
         attn, low, router_logits, probs, sel_w, gate, up, mid, down, sh_gate, sh_up, sh_mid, sh_down, head_pre, z,
-        logits;
+        logits, att, pooled;  // att: batched attention scores (grown on demand); pooled: compressor emissions
     DeviceArray<int32_t> sel, order, cnt, list;
+    DeviceArray<uint32_t> top_k;  // [token][indexer_top_k] selected compressed rows
     DeviceArray<uint8_t> act;
   };
   void eval_batched(std::span<const int32_t> tokens, int64_t pos0, std::span<float> last_logits,
@@ -151,16 +158,30 @@ class CudaForward {
   void batch_attention(uint32_t il, int64_t pos0, int n);
   void batch_ffn(uint32_t il, int64_t pos0, int n);
   // y [n][w.rows] = W · x rows [n][w.cols] (x_stride floats apart) through matmat.
-  void mm(const DevMatrix& w, const float* x, int64_t x_stride, int n, float* y);
+  void mm(const char* name, const DevMatrix& w, const float* x, int64_t x_stride, int n, float* y);
 
   // DS4_CUDA_PREFILL_PROFILE=1: device time of the prefill's phases (the stream is synchronised
   // at each phase end), printed to stderr when the session ends.
+  // Also the device time of each named operation (op(); with a synchronisation on each side,
+  // so the operations' sum exceeds the phases' by launch latencies).
   struct PrefillProfile {
     double ms[5] = {};
     int64_t tokens = 0;
     std::chrono::steady_clock::time_point last;
+    std::map<std::string, std::pair<double, int64_t>> ops;  // name -> (ms, calls)
   };
   void pmark(int phase);  // ends the current phase (PrefillProfile::ms index)
+  // Runs f(); under DS4_CUDA_PREFILL_PROFILE adds its device time to pprof_->ops[name].
+  template <class F>
+  void pop(const char* name, F&& f) {
+    if (!pprof_) return f();
+    const auto t0 = psync();
+    f();
+    auto& e = pprof_->ops[name];
+    e.first += std::chrono::duration<double, std::milli>(psync() - t0).count();
+    ++e.second;
+  }
+  std::chrono::steady_clock::time_point psync();  // synchronises the stream, returns the time
 
   int batch_tokens_ = 128;
   std::unique_ptr<PrefillProfile> pprof_;

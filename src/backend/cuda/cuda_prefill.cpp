@@ -24,7 +24,12 @@ void CudaForward::pmark(int phase) {
   pprof_->last = now;
 }
 
-void CudaForward::mm(const DevMatrix& w, const float* x, int64_t x_stride, int n, float* y) {
+std::chrono::steady_clock::time_point CudaForward::psync() {
+  check(cudaStreamSynchronize(stream_), "prefill profile");
+  return std::chrono::steady_clock::now();
+}
+
+void CudaForward::mm(const char* name, const DevMatrix& w, const float* x, int64_t x_stride, int n, float* y) {
   MatmatOp o;
   o.w = &w;
   o.n_rows = w.rows;
@@ -35,7 +40,7 @@ void CudaForward::mm(const DevMatrix& w, const float* x, int64_t x_stride, int n
   o.y = y;
   o.y_stride = w.rows;
   o.act = batch_->act.get();
-  matmat(o);
+  pop(name, [&] { matmat(o); });
 }
 
 void CudaForward::eval_batched(std::span<const int32_t> tokens, int64_t pos0, std::span<float> last_logits,
@@ -86,6 +91,8 @@ void CudaForward::eval_batched(std::span<const int32_t> tokens, int64_t pos0, st
     b->cnt = DeviceArray<int32_t>(E, false);
     b->list = DeviceArray<int32_t>(E * t * U, false);
     b->act = DeviceArray<uint8_t>(dw_.max_act_bytes * t * std::max<size_t>({U, c_.n_out_group, 1}), false);
+    b->top_k = DeviceArray<uint32_t>(t * std::max<size_t>(c_.indexer_top_k, 1), false);
+    b->pooled = DeviceArray<float>((t / 4 + 2) * std::max(HD, ID), false);
     batch_ = std::move(b);
   }
   const size_t V = c_.n_vocab;
@@ -139,7 +146,7 @@ void CudaForward::batch_chunk(int64_t pos0, int n, float* all_logits, float* las
     rms_norm(b.z.get() + first * D, dw_.output_norm.get(), b.z.get() + first * D, D, n - first, c_.rms_eps);
   }
   if (all_logits) {
-    mm(dw_.output, b.z.get(), D, n, b.logits.get());
+    mm("output", dw_.output, b.z.get(), D, n, b.logits.get());
     check(cudaMemcpyAsync(all_logits, b.logits.get(), static_cast<size_t>(n) * V * sizeof(float),
                           cudaMemcpyDeviceToHost, stream_),
           "logits copy");
@@ -155,12 +162,22 @@ void CudaForward::batch_chunk(int64_t pos0, int n, float* all_logits, float* las
   pmark(4);
 }
 
+void CudaForward::chunk_compress(const float* ck, const float* cs, const DeviceArray<float>& ape,
+                                 const DeviceArray<float>& norm, bool indexer, uint32_t r, int64_t pos0, int n,
+                                 DeviceArray<float>& state_kv, DeviceArray<float>& state_score,
+                                 DeviceArray<float>& rows) {
+  const int64_t d = indexer ? c_.indexer_head_dim : c_.head_dim;
+  compressor_chunk(ck, cs, ape.get(), d, r, positions_.get() + pos0, pos0, n, state_kv.get(), state_score.get(),
+                   norm.get(), c_.rms_eps, rope_comp_.get(), n_pair_, indexer, d - c_.n_rot, batch_->pooled.get(),
+                   rows.get());
+}
+
 void CudaForward::batch_hc_pre(int n, const DevMatrix& fn, const DeviceArray<float>& scale,
                                const DeviceArray<float>& base, const DeviceArray<float>& norm) {
   Batch& b = *batch_;
   const int64_t D = c_.n_embd;
   const int nh = static_cast<int>(c_.n_hc);
-  batch_hc_norm_mv(fn, b.x.get(), n, b.mix.get());
+  pop("hc_norm_matvec", [&] { batch_hc_norm_mv(fn, b.x.get(), n, b.mix.get()); });
   hc_sinkhorn(b.mix.get(), scale.get(), base.get(), nh, static_cast<int>(c_.hc_sinkhorn_iter), c_.hc_eps,
               b.post.get(), b.comb.get(), n);
   hc_pre_weights(b.mix.get(), scale.get(), base.get(), nh, c_.hc_eps, b.x.get(), D, b.pre.get(), b.sub_in.get(),
@@ -185,24 +202,23 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
   batch_hc_pre(n, L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, L.attn_norm);  // h = attn_norm(sub_in)
   pmark(0);
   // Token-independent projections over the chunk (spec §3.4.1-2, §3.4.5, §3.4.7).
-  mm(L.attn_q_a, b.h.get(), D, n, b.qr.get());
-  mm(L.attn_kv, b.h.get(), D, n, b.kv_row.get());
+  mm("attn_q_a", L.attn_q_a, b.h.get(), D, n, b.qr.get());
+  mm("attn_kv", L.attn_kv, b.h.get(), D, n, b.kv_row.get());
   rms_norm(b.qr.get(), L.attn_q_a_norm.get(), b.qr.get(), QL, n, c_.rms_eps);
-  mm(L.attn_q_b, b.qr.get(), QL, n, b.q.get());
-  const int64_t CW = (ratio == 4 ? 2 : 1) * HD;
-  const int64_t ID = c_.indexer_head_dim, IW = 2 * ID, IQ = static_cast<int64_t>(c_.indexer_q_dim());
+  mm("attn_q_b", L.attn_q_b, b.qr.get(), QL, n, b.q.get());
+  const int64_t ID = c_.indexer_head_dim, IQ = static_cast<int64_t>(c_.indexer_q_dim());
   const int IH = static_cast<int>(c_.n_indexer_head);
   if (ratio) {
-    mm(L.comp_kv, b.h.get(), D, n, b.ck.get());
-    mm(L.comp_gate, b.h.get(), D, n, b.cs.get());
+    mm("comp_kv", L.comp_kv, b.h.get(), D, n, b.ck.get());
+    mm("comp_gate", L.comp_gate, b.h.get(), D, n, b.cs.get());
   }
   const bool any_indexer = ratio == 4 && (pos0 + n) / 4 > static_cast<int64_t>(c_.indexer_top_k);
   if (ratio == 4) {
-    mm(L.idx_comp_kv, b.h.get(), D, n, b.ik.get());
-    mm(L.idx_comp_gate, b.h.get(), D, n, b.is.get());
+    mm("idx_comp_kv", L.idx_comp_kv, b.h.get(), D, n, b.ik.get());
+    mm("idx_comp_gate", L.idx_comp_gate, b.h.get(), D, n, b.is.get());
     if (any_indexer) {
-      mm(L.idx_q_b, b.qr.get(), QL, n, b.iq.get());
-      mm(L.idx_proj, b.h.get(), D, n, b.iw.get());
+      mm("idx_q_b", L.idx_q_b, b.qr.get(), QL, n, b.iq.get());
+      mm("idx_proj", L.idx_proj, b.h.get(), D, n, b.iw.get());
     }
   }
   pmark(1);
@@ -216,32 +232,58 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
   int64_t max_rows = c_.n_swa;
   if (ratio) max_rows += std::min<int64_t>(ctx_ / ratio + 2, ratio == 4 ? c_.indexer_top_k : INT64_MAX);
   pmark(0);
+  // Position by position, in order: the KV rows (normed, rotated and rounded as the ring holds
+  // them, one launch), the compressor pushes and the indexer's top-k; then the attention of the
+  // whole chunk (window rows of this chunk read from kv_row, older ones from the ring, compressed
+  // rows bounded by each token's position), then the ring store of the chunk's rows.
+  const int64_t K = c_.indexer_top_k;
+  pop("loop: kv norm_rope (chunk)", [&] {
+    kv_norm_rope_rows(b.kv_row.get(), L.attn_kv_a_norm.get(), HD, c_.rms_eps, rope, n_pair_, pos_all, c_.nope_dim(), n);
+  });
+  if (ratio)
+    pop("compressor (chunk)", [&] {
+      chunk_compress(b.ck.get(), b.cs.get(), L.comp_ape, L.comp_norm, false, ratio, pos0, n, kv.comp_kv, kv.comp_score,
+                     kv.comp);
+    });
+  if (ratio == 4)
+    pop("indexer compressor (chunk)", [&] {
+      chunk_compress(b.ik.get(), b.is.get(), L.idx_comp_ape, L.idx_comp_norm, true, ratio, pos0, n, kv.index_kv,
+                     kv.index_score, kv.index);
+    });
+  int first_sel = n;  // the first token that attends to its top-k rows (ratio 4, past top_k rows)
   for (int t = 0; t < n; ++t) {
     const int64_t p = pos0 + t;
     const int64_t* pos = positions_.get() + p;
-    float* q = b.q.get() + t * QD;
-    norm_rope(b.kv_row.get() + t * HD, L.attn_kv_a_norm.get(), HD, 1, c_.rms_eps, rope, n_pair_, pos, c_.nope_dim(),
-              kv.raw.get(), raw_cap_);
-    if (ratio)
-      store_emit(b.ck.get() + t * CW, b.cs.get() + t * CW, L.comp_ape, L.comp_norm, false, ratio, pos, kv.comp_kv,
-                 kv.comp_score, kv.comp);
-    if (ratio == 4)
-      store_emit(b.ik.get() + t * IW, b.is.get() + t * IW, L.idx_comp_ape, L.idx_comp_norm, true, ratio, pos,
-                 kv.index_kv, kv.index_score, kv.index);
-    const uint32_t* sel = nullptr;
-    int64_t n_sel = 0;
-    if (ratio == 4 && (p + 1) / 4 > static_cast<int64_t>(c_.indexer_top_k)) {
+    if (ratio == 4 && (p + 1) / 4 > K) {
+      first_sel = std::min(first_sel, t);
       float* iq = b.iq.get() + t * IQ;
       const int64_t max_idx = ctx_ / 4 + 2;
-      indexer_scores(iq, b.iw.get() + t * IH, IH, ID, kv.index.get(), pos, 4, max_idx, scores_.get());
-      indexer_top_k(scores_.get(), pos, 4, max_idx, c_.indexer_top_k, top_k_.get());
-      sel = top_k_.get();
-      n_sel = c_.indexer_top_k;
+      pop("loop: indexer scores", [&] {
+        indexer_scores(iq, b.iw.get() + t * IH, IH, ID, kv.index.get(), pos, 4, max_idx, scores_.get());
+      });
+      pop("loop: indexer top-k",
+          [&] { indexer_top_k(scores_.get(), pos, 4, max_idx, K, b.top_k.get() + t * K); });
     }
-    float* out = b.attn.get() + t * QD;
-    sink_attention(q, L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos, kv.comp.get(), ratio,
-                   sel, n_sel, max_rows, att_scratch_.get(), out);
   }
+  // Attention in launches of at most kAttScratchFloats score floats: tokens [0, first_sel) over
+  // all their compressed rows, [first_sel, n) over their selected rows.
+  constexpr int64_t kAttScratchFloats = int64_t{16} << 20;
+  const int64_t per_tok = static_cast<int64_t>(nhead) * max_rows;
+  const int per = static_cast<int>(std::clamp<int64_t>(kAttScratchFloats / per_tok, 1, n));
+  if (b.att.size() < static_cast<size_t>(per * per_tok)) b.att = DeviceArray<float>(static_cast<size_t>(per * per_tok), false);
+  for (int t0 = 0; t0 < n;) {
+    const bool selects = t0 >= first_sel;
+    const int m = std::min(per, (selects ? n : first_sel) - t0);
+    pop(ratio == 0 ? "loop: attention (window)" : ratio == 4 ? "loop: attention (ratio 4)" : "loop: attention (ratio 128)",
+        [&] {
+          sink_attention_batch(b.q.get() + t0 * QD, QD, L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_,
+                               b.kv_row.get(), pos0, c_.n_swa, pos_all + t0, kv.comp.get(), ratio,
+                               selects ? b.top_k.get() + t0 * K : nullptr, K, selects ? K : 0, max_rows, b.att.get(),
+                               b.attn.get() + t0 * QD, QD, m);
+        });
+    t0 += m;
+  }
+  pop("loop: kv ring store", [&] { kv_ring_store(b.kv_row.get(), HD, pos_all, kv.raw.get(), raw_cap_, n); });
   pmark(3);
   rope_tail(b.attn.get(), nhead, HD, rope, n_pair_, pos_all, true, n);  // inverse RoPE at each query position
   pmark(0);
@@ -265,8 +307,8 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
   o.y_stride = LOW;
   o.y_gstride = OL;
   o.act = b.act.get();
-  matmat(o);
-  mm(L.attn_output_b, b.low.get(), LOW, n, b.y.get());
+  pop("attn_output_a", [&] { matmat(o); });
+  mm("attn_output_b", L.attn_output_b, b.low.get(), LOW, n, b.y.get());
   pmark(1);
   hc_post(b.y.get(), b.x.get(), b.post.get(), b.comb.get(), nh, D, b.x_next.get(), n);
   std::swap(b.x, b.x_next);
@@ -282,12 +324,12 @@ void CudaForward::batch_ffn(uint32_t il, int64_t pos0, int n) {
   batch_hc_pre(n, L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm);  // h = ffn_norm(sub_in)
   pmark(0);
   // Shared expert.
-  mm(L.ffn_gate_shexp, b.h.get(), D, n, b.sh_gate.get());
-  mm(L.ffn_up_shexp, b.h.get(), D, n, b.sh_up.get());
+  mm("ffn_gate_shexp", L.ffn_gate_shexp, b.h.get(), D, n, b.sh_gate.get());
+  mm("ffn_up_shexp", L.ffn_up_shexp, b.h.get(), D, n, b.sh_up.get());
   swiglu(b.sh_gate.get(), b.sh_up.get(), n, FF, clamp, nullptr, b.sh_mid.get());
-  mm(L.ffn_down_shexp, b.sh_mid.get(), FF, n, b.sh_down.get());
+  mm("ffn_down_shexp", L.ffn_down_shexp, b.sh_mid.get(), FF, n, b.sh_down.get());
   // Router (spec §3.5), per token (hash rows read the token at the position).
-  mm(L.ffn_gate_inp, b.h.get(), D, n, b.router_logits.get());
+  mm("ffn_gate_inp", L.ffn_gate_inp, b.h.get(), D, n, b.router_logits.get());
   pmark(1);
   const bool hash = c_.is_hash_layer(il);
   router(b.router_logits.get(), E, L.exp_probs_b.size() ? L.exp_probs_b.get() : nullptr,
@@ -297,7 +339,7 @@ void CudaForward::batch_ffn(uint32_t il, int64_t pos0, int n) {
   // per projection over all experts at once (experts nobody chose return at once).
   pmark(0);
   const int entries = n * U;
-  group_by_expert(b.sel.get(), entries, E, b.cnt.get(), b.list.get(), entries);
+  pop("group_by_expert", [&] { group_by_expert(b.sel.get(), entries, E, b.cnt.get(), b.list.get(), entries); });
   MatmatOp o;
   o.n_rows = o.group_rows = FF;
   o.groups = E;
@@ -312,11 +354,11 @@ void CudaForward::batch_ffn(uint32_t il, int64_t pos0, int n) {
   o.act = b.act.get();
   o.w = &L.ffn_gate_exps;
   o.y = b.gate.get();
-  matmat(o);
+  pop("ffn_gate_exps", [&] { matmat(o); });
   o.w = &L.ffn_up_exps;
   o.y = b.up.get();
   o.act_ready = L.ffn_up_exps.type == L.ffn_gate_exps.type && L.ffn_up_exps.cols == L.ffn_gate_exps.cols;
-  matmat(o);
+  pop("ffn_up_exps", [&] { matmat(o); });
   swiglu(b.gate.get(), b.up.get(), entries, FF, clamp, b.sel_w.get(), b.mid.get());
   o.w = &L.ffn_down_exps;
   o.n_rows = o.group_rows = D;
@@ -327,7 +369,7 @@ void CudaForward::batch_ffn(uint32_t il, int64_t pos0, int n) {
   o.y = b.down.get();
   o.y_stride = D;
   o.act_ready = false;
-  matmat(o);
+  pop("ffn_down_exps", [&] { matmat(o); });
   pmark(2);
   // y = (routed outputs in ascending expert id) + shared, then HC post (the decode combine).
   moe_combine_hc_post(b.down.get(), b.order.get(), U, D, b.sh_down.get(), b.x.get(), b.post.get(), b.comb.get(), nh,

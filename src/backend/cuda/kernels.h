@@ -185,6 +185,17 @@ void rope_tail(float* x, int n_heads, int64_t head_dim, const float* table, int 
 void norm_rope(float* x, const float* weight, int64_t dim, int n_rows, float eps, const float* table,
                int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap, int n_tok = 1);
 
+/// norm_rope's KV row path for the n_tok rows x [n_tok][dim] of a prefill chunk (row t at position
+/// pos[t]) without the ring store: each row ends as the ring would hold it (FP8 round trip on
+/// [0, n_fp8), f16 rounding). kv_ring_store writes them once the chunk's attention has read the
+/// older ring rows. One launch.
+void kv_norm_rope_rows(float* x, const float* weight, int64_t dim, float eps, const float* table, int n_pair,
+                       const int64_t* pos, int64_t n_fp8, int n_tok);
+
+/// Ring store of a chunk's KV rows [n_tok][dim]: row t to ring row pos[t] % raw_cap of raw, for
+/// the last min(n_tok, raw_cap) tokens (the earlier ones would be overwritten). One launch.
+void kv_ring_store(const float* rows, int64_t dim, const int64_t* pos, float* raw, int64_t raw_cap, int n_tok);
+
 /// y[j] = (sum over slots in `order` of down[slot*d + j], from 0) + shared[j], then hc_post of
 /// that y into out [n_hc*d] (one launch).
 void moe_combine_hc_post(const float* down, const int32_t* order, int n_used, int64_t d, const float* shared,
@@ -204,6 +215,17 @@ void compressor_store(const float* kv, const float* score, const float* ape, int
 void compressor_emit(float* state_kv, float* state_score, uint32_t ratio, int64_t d, const float* norm,
                      float eps, const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,
                      const int64_t* pos, float* row, float* rows);
+
+/// The compressor pushes of a prefill chunk's n_tok consecutive positions pos[0] = pos0 .. (rows
+/// kv/score [n_tok][width], width = (ratio == 4 ? 2 : 1) * d): as n_tok compressor_store +
+/// compressor_emit pairs, bit for bit (frontier state included), in two launches: the frontier
+/// replayed per column pair with the pooled values of the chunk's emissions into pooled
+/// [(n_tok / ratio + 1) * d], then one block per emission for the norm, RoPE, quantization and
+/// the row store.
+void compressor_chunk(const float* kv, const float* score, const float* ape, int64_t d, uint32_t ratio,
+                      const int64_t* pos, int64_t pos0, int n_tok, float* state_kv, float* state_score,
+                      const float* norm, float eps, const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,
+                      float* pooled, float* rows);
 
 /// Indexer QAT (model::indexer_qat_row) on n_rows rows of dim (a power of two, dim floats of
 /// shared memory per block): Hadamard then FP4 round trip.
@@ -245,6 +267,18 @@ void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim,
                     int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
                     uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
                     float* scratch, float* out);
+
+/// sink_attention of n_tok tokens of a prefill chunk in one pair of launches: token t's query at
+/// q + t*q_stride, position pos[t], output at out + t*out_stride, scratch + t*n_head*max_rows
+/// (scratch holds n_tok * n_head * max_rows floats). Window positions >= chunk_pos0 are read
+/// from `chunk` (the chunk's KV rows [t][dim], as the ring would hold them) when it is non-null,
+/// earlier ones from the ring; the compressed rows are (pos[t]+1)/ratio of them, or, with sel,
+/// token t's n_sel rows listed at sel + t*sel_stride. Bit-identical to n_tok sink_attention calls.
+void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,
+                          const float* raw, int64_t raw_cap, const float* chunk, int64_t chunk_pos0, int64_t n_swa,
+                          const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
+                          int64_t sel_stride, int64_t n_sel, int64_t max_rows, float* scratch, float* out,
+                          int64_t out_stride, int n_tok);
 
 /// Router (spec §3.5): probs from logits [n_expert], selection (hash row tid2eid[tokens[*pos]]
 /// when tid2eid is non-null, else biased top-k), weights, and `order` = the slots sorted by

@@ -29,9 +29,22 @@ __device__ AttnShape attn_shape(const int64_t* pos, int64_t n_swa, uint32_t rati
   return a;
 }
 
-__device__ const float* attn_row(const float* raw, int64_t raw_cap, const AttnShape& a,
-                                 const float* comp, const uint32_t* sel, int64_t dim, int64_t j) {
-  if (j < a.n_win) return raw + ((a.lo + j) % raw_cap) * dim;
+// Where the window's rows live: ring `raw` (position p in row p % raw_cap), except positions >=
+// chunk_pos0 when `chunk` is set (a prefill chunk's KV rows [t][dim], not yet in the ring).
+struct AttnWin {
+  const float* raw;
+  int64_t raw_cap;
+  const float* chunk;
+  int64_t chunk_pos0;
+};
+
+__device__ const float* attn_row(const AttnWin& w, const AttnShape& a, const float* comp, const uint32_t* sel,
+                                 int64_t dim, int64_t j) {
+  if (j < a.n_win) {
+    const int64_t p = a.lo + j;
+    if (w.chunk && p >= w.chunk_pos0) return w.chunk + (p - w.chunk_pos0) * dim;
+    return w.raw + (p % w.raw_cap) * dim;
+  }
   const int64_t c = j - a.n_win;
   return comp + (sel ? static_cast<int64_t>(sel[c]) : c) * dim;
 }
@@ -47,12 +60,18 @@ constexpr int kAttCombineThreads = kAttHeads * 32 + 32;  // 8 output warps + 1 d
 // 8 lanes per row hold dot8's partial sums; each row element is loaded once and multiplied by
 // the 8 heads' q values, stored in shared memory as [dim][8] so one lane reads them as two
 // float4. The tree and tail follow dot8, then the scale, as the CPU does. scratch is [head][row]
-// with stride n_rows (this position's).
-__global__ void attn_scores_kernel(const float* q, int n_head, int64_t dim, const float* raw,
-                                   int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
-                                   uint32_t ratio, const uint32_t* sel, int64_t n_sel, float* scratch) {
+// with stride n_rows (this position's). Token blockIdx.z of a batch: q, pos and scratch advance by
+// q_stride, 1 and scratch_stride (sel, when set, by sel_stride).
+__global__ void attn_scores_kernel(const float* q, int64_t q_stride, int n_head, int64_t dim, AttnWin win,
+                                   int64_t n_swa, const int64_t* pos, const float* comp, uint32_t ratio,
+                                   const uint32_t* sel, int64_t sel_stride, int64_t n_sel, float* scratch,
+                                   int64_t scratch_stride) {
   pdl_wait();
   pdl_trigger();
+  if (sel) sel += blockIdx.z * sel_stride;
+  q += blockIdx.z * q_stride;
+  pos += blockIdx.z;
+  scratch += blockIdx.z * scratch_stride;
   extern __shared__ float4 qs4[];  // [dim][kAttHeads] floats
   float* qs = reinterpret_cast<float*>(qs4);
   const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
@@ -69,7 +88,7 @@ __global__ void attn_scores_kernel(const float* q, int n_head, int64_t dim, cons
   const int64_t j = blockIdx.x * static_cast<int64_t>(kAttScoreRows) + threadIdx.x / 8;
   const int l = threadIdx.x & 7;
   const bool on = j < a.n_rows;
-  const float* row = attn_row(raw, raw_cap, a, comp, sel, dim, on ? j : 0);
+  const float* row = attn_row(win, a, comp, sel, dim, on ? j : 0);
   const int64_t full = dim / 8 * 8;
   float acc[kAttHeads] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int64_t c = 0; c < full; c += 8 * kAttRowRegs) {  // one pass for head_dim <= 512
@@ -130,12 +149,19 @@ constexpr size_t kAttCombineSmem =
 // every load in flight together) while the block makes the probabilities exp(s - max); then warp
 // w < 8 (head h0 + w, lane = output dim) sums each output value over the rows in order, every V
 // element read once for the 8 heads, and warp 8's lanes sum the 8 denominators in row order.
+// Token blockIdx.z of a batch as attn_scores_kernel (out advances by out_stride).
 __global__ void __launch_bounds__(kAttCombineThreads, 1)
-attn_combine_kernel(const float* sinks, int n_head, int64_t dim, const float* raw, int64_t raw_cap,
-                    int64_t n_swa, const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
-                    int64_t n_sel, const float* scratch, float* out) {
+attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, int64_t n_swa, const int64_t* pos,
+                    const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride, int64_t n_sel,
+                    const float* scratch, int64_t scratch_stride, float* out, int64_t out_stride) {
   pdl_wait();
   pdl_trigger();
+  if (sel) sel += blockIdx.z * sel_stride;
+  pos += blockIdx.z;
+  scratch += blockIdx.z * scratch_stride;
+  out += blockIdx.z * out_stride;
+  const float* raw = win.raw;
+  const int64_t raw_cap = win.raw_cap;
   extern __shared__ float4 smem4[];
   float* vs = reinterpret_cast<float*>(smem4);
   float* ps = vs + kAttChunk * kAttDims;
@@ -160,6 +186,7 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, const float* ra
     // Row c0 + jj (attn_row without a 64-bit modulo per row).
     auto row_at = [&](int jj) -> const float* {
       const int64_t r = c0 + jj;
+      if (r < a.n_win && win.chunk && a.lo + r >= win.chunk_pos0) return win.chunk + (a.lo + r - win.chunk_pos0) * dim;
       if (r < a.n_win) {
         int64_t slot = slot0 + r;
         while (slot >= raw_cap) slot -= raw_cap;
@@ -236,16 +263,29 @@ void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim,
                     int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
                     uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
                     float* scratch, float* out) {
+  sink_attention_batch(q, dim * n_head, sinks, n_head, dim, raw, raw_cap, nullptr, 0, n_swa, pos, comp, ratio, sel,
+                       0, n_sel, max_rows, scratch, out, dim * n_head, 1);
+}
+
+void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,
+                          const float* raw, int64_t raw_cap, const float* chunk, int64_t chunk_pos0, int64_t n_swa,
+                          const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
+                          int64_t sel_stride, int64_t n_sel, int64_t max_rows, float* scratch, float* out,
+                          int64_t out_stride, int n_tok) {
+  if (n_tok <= 0) return;
   const unsigned groups = static_cast<unsigned>((n_head + kAttHeads - 1) / kAttHeads);
+  const AttnWin win{raw, raw_cap, chunk, chunk_pos0};
+  const int64_t ss = static_cast<int64_t>(n_head) * max_rows;  // scratch floats per token
   const size_t smem = static_cast<size_t>(dim) * kAttHeads * sizeof(float);
   allow_dynamic_smem(reinterpret_cast<const void*>(attn_scores_kernel), smem);
-  const dim3 grid(static_cast<unsigned>((max_rows + kAttScoreRows - 1) / kAttScoreRows), groups);
-  launch_k(attn_scores_kernel, grid, kAttScoreRows * 8, smem, q, n_head, dim, raw, raw_cap, n_swa, pos,
-                                                                  comp, ratio, sel, n_sel, scratch);
+  const dim3 grid(static_cast<unsigned>((max_rows + kAttScoreRows - 1) / kAttScoreRows), groups,
+                  static_cast<unsigned>(n_tok));
+  launch_k(attn_scores_kernel, grid, kAttScoreRows * 8, smem, q, q_stride, n_head, dim, win, n_swa, pos, comp, ratio,
+           sel, sel_stride, n_sel, scratch, ss);
   allow_dynamic_smem(reinterpret_cast<const void*>(attn_combine_kernel), kAttCombineSmem);
-  const dim3 cgrid(static_cast<unsigned>((dim + kAttDims - 1) / kAttDims), groups);
-  launch_k(attn_combine_kernel, cgrid, kAttCombineThreads, kAttCombineSmem, sinks, n_head, dim, raw, raw_cap, n_swa, pos,
-                                                                  comp, ratio, sel, n_sel, scratch, out);
+  const dim3 cgrid(static_cast<unsigned>((dim + kAttDims - 1) / kAttDims), groups, static_cast<unsigned>(n_tok));
+  launch_k(attn_combine_kernel, cgrid, kAttCombineThreads, kAttCombineSmem, sinks, n_head, dim, win, n_swa, pos, comp,
+           ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride);
 }
 
 }  // namespace ds4::cuda

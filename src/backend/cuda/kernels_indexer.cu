@@ -74,21 +74,12 @@ __device__ float pool_value(const float* kv, const float* sc, uint32_t ratio, in
 
 constexpr int kMaxQatDim = 1024;  // indexer rows up to this size are quantized in shared memory
 
-// Compressor emission (model::Compressor::push after the store, spec §3.4.5/§3.4.7), one block,
-// a no-op unless (pos + 1) % ratio == 0: pool the frontier into `row`, RMS-norm it with `norm`,
-// rotate its tail at the row's first position (pos + 1 - ratio), quantize (FP8 on the first
-// n_fp8 values, or the indexer's Hadamard + FP4), round to f16 into row (pos + 1) / ratio - 1 of
-// `rows`, and for ratio 4 shift the current lane of the frontier into the previous one.
-__global__ void compressor_emit_kernel(float* kv, float* sc, uint32_t ratio, int64_t d,
-                                       const float* norm, float eps, const float* rope_table,
-                                       int n_pair, bool indexer, int64_t n_fp8, const int64_t* pos,
-                                       float* row, float* rows) {
-  pdl_wait();
-  pdl_trigger();
-  const int64_t p = *pos;
-  if ((p + 1) % ratio != 0) return;
-  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) row[j] = pool_value(kv, sc, ratio, d, j);
-  __syncthreads();
+// The emission after pooling (model::Compressor::push, spec §3.4.5/§3.4.7), by one block: RMS-norm
+// the pooled `row` [d] with `norm`, rotate its tail at the row's first position (p + 1 - ratio),
+// quantize (FP8 on the first n_fp8 values, or the indexer's Hadamard + FP4), round to f16 into
+// row (p + 1) / ratio - 1 of `rows`.
+__device__ void emit_finish(float* row, int64_t d, const float* norm, float eps, const float* rope_table, int n_pair,
+                            bool indexer, int64_t n_fp8, int64_t p, uint32_t ratio, float* rows) {
   const float s = block_rms_scale(row, d, eps);
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) row[j] = row[j] * s * norm[j];
   __syncthreads();
@@ -112,6 +103,22 @@ __global__ void compressor_emit_kernel(float* kv, float* sc, uint32_t ratio, int
   __syncthreads();
   float* out = rows + ((p + 1) / ratio - 1) * d;
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) out[j] = __half2float(__float2half_rn(row[j]));
+}
+
+// Compressor emission (model::Compressor::push after the store), one block, a no-op unless
+// (pos + 1) % ratio == 0: pool the frontier into `row`, emit_finish, and for ratio 4 shift the
+// current lane of the frontier into the previous one.
+__global__ void compressor_emit_kernel(float* kv, float* sc, uint32_t ratio, int64_t d,
+                                       const float* norm, float eps, const float* rope_table,
+                                       int n_pair, bool indexer, int64_t n_fp8, const int64_t* pos,
+                                       float* row, float* rows) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t p = *pos;
+  if ((p + 1) % ratio != 0) return;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) row[j] = pool_value(kv, sc, ratio, d, j);
+  __syncthreads();
+  emit_finish(row, d, norm, eps, rope_table, n_pair, indexer, n_fp8, p, ratio, rows);
   if (ratio == 4) {
     const int64_t width = 2 * d;
     for (int64_t i = threadIdx.x; i < 4 * width; i += blockDim.x) {
@@ -119,6 +126,51 @@ __global__ void compressor_emit_kernel(float* kv, float* sc, uint32_t ratio, int
       sc[i] = sc[4 * width + i];
     }
   }
+}
+
+// A prefill chunk's compressor pushes, the frontier part: thread j replays the n_tok tokens in
+// order on columns j (and d + j for ratio 4: the columns its pooling reads), as
+// compressor_store_kernel then compressor_emit_kernel would, writing the pooled value of
+// emission e (the chunk's e-th position with (p + 1) % ratio == 0) to pooled[e * d + j].
+__global__ void compressor_chunk_kernel(const float* kv_in, const float* score_in, const float* ape, int64_t d,
+                                        uint32_t ratio, const int64_t* pos, int n_tok, float* kv, float* sc,
+                                        float* pooled) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= d) return;
+  const int n_cols = ratio == 4 ? 2 : 1;
+  const int64_t width = n_cols * d;
+  int e = 0;
+  for (int t = 0; t < n_tok; ++t) {
+    const int64_t p = pos[t];
+    const int64_t srow = ratio == 4 ? 4 + p % 4 : p % ratio;
+    const float* a = ape + (p % ratio) * width;
+    for (int k = 0; k < n_cols; ++k) {
+      const int64_t c = j + k * d;
+      kv[srow * width + c] = kv_in[t * width + c];
+      sc[srow * width + c] = score_in[t * width + c] + a[c];
+    }
+    if ((p + 1) % ratio != 0) continue;
+    pooled[e++ * d + j] = pool_value(kv, sc, ratio, d, j);
+    if (ratio == 4)
+      for (int r = 0; r < 4; ++r)
+        for (int k = 0; k < n_cols; ++k) {
+          const int64_t c = j + k * d;
+          kv[r * width + c] = kv[(4 + r) * width + c];
+          sc[r * width + c] = sc[(4 + r) * width + c];
+        }
+  }
+}
+
+// Emission e of the chunk whose first position is pos[0], one block each: emit_finish of pooled row e.
+__global__ void compressor_chunk_finish_kernel(float* pooled, int64_t d, uint32_t ratio, const float* norm, float eps,
+                                               const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,
+                                               const int64_t* pos, float* rows) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t p = (pos[0] / ratio + blockIdx.x + 1) * ratio - 1;
+  emit_finish(pooled + blockIdx.x * d, d, norm, eps, rope_table, n_pair, indexer, n_fp8, p, ratio, rows);
 }
 
 // model::detail::dot_f32 (8 interleaved partial sums, fixed tree, serial tail) with b read at
@@ -279,6 +331,19 @@ void compressor_emit(float* state_kv, float* state_score, uint32_t ratio, int64_
                      const int64_t* pos, float* row, float* rows) {
   launch_k(compressor_emit_kernel, 1, kThreads, 0, state_kv, state_score, ratio, d, norm, eps,
                                                        rope_table, n_pair, indexer, n_fp8, pos, row, rows);
+}
+
+void compressor_chunk(const float* kv, const float* score, const float* ape, int64_t d, uint32_t ratio,
+                      const int64_t* pos, int64_t pos0, int n_tok, float* state_kv, float* state_score,
+                      const float* norm, float eps, const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,
+                      float* pooled, float* rows) {
+  if (n_tok <= 0) return;
+  launch_k(compressor_chunk_kernel, blocks_for(d), kThreads, 0, kv, score, ape, d, ratio, pos, n_tok, state_kv,
+           state_score, pooled);
+  const int64_t n_emit = (pos0 + n_tok) / ratio - pos0 / ratio;
+  if (n_emit > 0)
+    launch_k(compressor_chunk_finish_kernel, static_cast<unsigned>(n_emit), kThreads, 0, pooled, d, ratio, norm, eps,
+             rope_table, n_pair, indexer, n_fp8, pos, rows);
 }
 
 void indexer_qat(float* x, int n_rows, int64_t dim) {

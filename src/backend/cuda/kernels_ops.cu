@@ -72,7 +72,8 @@ __global__ void rope_kernel(float* x, int n_heads, int64_t head_dim, const float
 // KV row store (FP8 round trip of [0, n_fp8) in blocks of 64, f16 rounding, ring row *pos %
 // raw_cap). Stages are separated by barriers and run the CPU units' operations.
 __global__ void norm_rope_kernel(float* x, const float* w, int64_t dim, float eps, const float* table,
-                                 int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap) {
+                                 int n_pair, const int64_t* pos, int64_t n_fp8, bool kv_round, float* raw,
+                                 int64_t raw_cap) {
   pdl_wait();
   pdl_trigger();
   pos += blockIdx.y;
@@ -81,17 +82,27 @@ __global__ void norm_rope_kernel(float* x, const float* w, int64_t dim, float ep
   __syncthreads();
   for (int p = threadIdx.x; p < n_pair; p += blockDim.x)
     rope_pair(row + dim - 2 * n_pair, table + *pos * 2 * n_pair, n_pair, p, 1.0f);
-  if (!raw) return;
+  if (!kv_round) return;
   __syncthreads();
   for (int64_t b = threadIdx.x; b < (n_fp8 + 63) / 64; b += blockDim.x)
     round_trip_block<true>(row + b * 64, n_fp8 - b * 64 < 64 ? n_fp8 - b * 64 : 64);
   __syncthreads();
-  float* dst = raw + (*pos % raw_cap) * dim;
+  float* dst = raw ? raw + (*pos % raw_cap) * dim : nullptr;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     const float v = __half2float(__float2half_rn(row[i]));
     row[i] = v;
-    dst[i] = v;
+    if (dst) dst[i] = v;
   }
+}
+
+// Row t of the last min(n_tok, raw_cap) rows into ring row pos[t] % raw_cap.
+__global__ void kv_ring_store_kernel(const float* rows, int64_t dim, const int64_t* pos, float* raw, int64_t raw_cap,
+                                     int first) {
+  pdl_wait();
+  pdl_trigger();
+  const int t = first + static_cast<int>(blockIdx.x);
+  float* dst = raw + (pos[t] % raw_cap) * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = rows[t * dim + i];
 }
 
 __device__ float softplus(float z) {
@@ -292,7 +303,20 @@ void norm_rope(float* x, const float* weight, int64_t dim, int n_rows, float eps
                int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap, int n_tok) {
   if (raw) n_tok = 1;  // the KV store is one row at a time
   launch_k(norm_rope_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_tok)), kThreads, 0, x, weight,
-           dim, eps, table, n_pair, pos, n_fp8, raw, raw_cap);
+           dim, eps, table, n_pair, pos, n_fp8, raw != nullptr, raw, raw_cap);
+}
+
+void kv_norm_rope_rows(float* x, const float* weight, int64_t dim, float eps, const float* table, int n_pair,
+                       const int64_t* pos, int64_t n_fp8, int n_tok) {
+  if (n_tok <= 0) return;
+  launch_k(norm_rope_kernel, dim3(1, static_cast<unsigned>(n_tok)), kThreads, 0, x, weight, dim, eps, table, n_pair,
+           pos, n_fp8, true, static_cast<float*>(nullptr), int64_t{1});
+}
+
+void kv_ring_store(const float* rows, int64_t dim, const int64_t* pos, float* raw, int64_t raw_cap, int n_tok) {
+  const int first = n_tok > raw_cap ? n_tok - static_cast<int>(raw_cap) : 0;
+  if (n_tok - first <= 0) return;
+  launch_k(kv_ring_store_kernel, static_cast<unsigned>(n_tok - first), kThreads, 0, rows, dim, pos, raw, raw_cap, first);
 }
 
 void moe_combine_hc_post(const float* down, const int32_t* order, int n_used, int64_t d, const float* shared,

@@ -1220,68 +1220,72 @@ __global__ void __launch_bounds__(kLnWarps * 32) matmat_lane_kernel(MatmatArgs a
   }
 }
 
-// Token-per-lane matmat for the float formats (F32, F16, BF16): lane k computes token k's dot
-// of the warp's row with the reference's 16 chains (element i into chain i mod 16, products
-// rounded then added in element order) held as 16 registers, then the reference's tree
-// (c, c+8), (c, c+4), (c, c+2), (0, 1). Per step of 64 elements the block stages the 32
-// tokens' inputs (rows padded to 65 words) and each warp its row converted to f32.
-constexpr int kLfStep = 64;
+// Matmat for the float formats (F32, F16, BF16) in the reference's order: chain c (element i
+// into chain i mod 16, products rounded then added in element order), then the tree (c, c+8),
+// (c, c+4), (c, c+2), (0, 1). Lane c of a half-warp owns chain c of a micro tile of kCfRows rows
+// x kCfTok tokens (32 registers); the tree is the half-warp's shuffles 8, 4, 2, 1. A block's 8
+// half-warps are 2 row groups x 4 token groups (16 rows x 16 tokens); the two half-warps of a
+// warp share their tokens (uniform trip counts for the shuffles). Weights and inputs are read
+// straight from global memory (16 consecutive elements per half-warp), reused through L1.
+constexpr int kCfWarps = 4, kCfRows = 8, kCfTok = 4;
+constexpr int kCfBlockRows = 2 * kCfRows, kCfBlockTok = 4 * kCfTok;
 
 template <uint32_t T>
-__global__ void __launch_bounds__(kLnWarps * 32) matmat_lane_float_kernel(MatmatArgs a) {
+__global__ void __launch_bounds__(kCfWarps * 32) matmat_class_float_kernel(MatmatArgs a) {
   pdl_wait();
   pdl_trigger();
-  __shared__ float xs[32 * (kLfStep + 1)];
-  __shared__ float wf[kLnWarps][kLfStep];
   const int g = blockIdx.y;
   const int n = a.cnt ? a.cnt[g] : a.n_tok;
-  if (n <= 0 || static_cast<int64_t>(blockIdx.x) * kLnWarps >= a.n_rows) return;  // whole block
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kLnWarps + warp;
-  const bool active = r < a.n_rows;
-  const uint8_t* wrow = a.w + static_cast<size_t>(a.row0 + g * a.group_rows + (active ? r : 0)) * a.row_bytes;
+  if (n <= 0 || static_cast<int64_t>(blockIdx.x) * kCfBlockRows >= a.n_rows) return;  // whole block
+  const int hw = threadIdx.x >> 4, c = threadIdx.x & 15;
+  const int rg = hw & 1, tg = hw >> 1;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kCfBlockRows + rg * kCfRows;
+  const uint8_t* wr[kCfRows];
+#pragma unroll
+  for (int i = 0; i < kCfRows; ++i) {  // rows past the end read the last row, not written
+    const int64_t r = r0 + i < a.n_rows ? r0 + i : a.n_rows - 1;
+    wr[i] = a.w + static_cast<size_t>(a.row0 + g * a.group_rows + r) * a.row_bytes;
+  }
   const int32_t* list = a.list ? a.list + g * a.list_stride : nullptr;
-  for (int k0 = 0; k0 < n; k0 += 32) {
-    const int nt = n - k0 < 32 ? n - k0 : 32;
-    const int64_t e = lane < nt ? (list ? list[k0 + lane] : k0 + lane) : 0;
-    float acc[16];
+  const int step = static_cast<int>(gridDim.z) * kCfBlockTok;
+  for (int k0 = static_cast<int>(blockIdx.z) * kCfBlockTok + tg * kCfTok; k0 < n; k0 += step) {
+    const float* xr[kCfTok];
+    int64_t ek[kCfTok];
 #pragma unroll
-    for (int c = 0; c < 16; ++c) acc[c] = 0.0f;
-    for (int64_t c0 = 0; c0 < a.cols; c0 += kLfStep) {
-      const int nv = static_cast<int>(a.cols - c0 < kLfStep ? a.cols - c0 : kLfStep);  // a multiple of 16
-      for (int i = threadIdx.x; i < nt * nv; i += blockDim.x) {
-        const int k = i / nv, v = i % nv;
-        const int64_t ek = list ? list[k0 + k] : k0 + k;
-        const auto* src = reinterpret_cast<const float*>(
-            a.act + static_cast<size_t>((ek / a.in_div) * a.in_mul + g * a.in_gmul) * a.act_stride);
-        cp_async4(&xs[k * (kLfStep + 1) + v], src + c0 + v);
-      }
-      if (active)
-        for (int v = lane; v < nv; v += 32) wf[warp][v] = load_w<T>(wrow, static_cast<int>(c0 + v));
-      cp_async_wait();
-      __syncthreads();
-      if (active && lane < nt) {
-        const float* xk = &xs[lane * (kLfStep + 1)];
-        for (int v0 = 0; v0 < nv; v0 += 16) {
+    for (int j = 0; j < kCfTok; ++j) {  // tokens past n read token k0, not written
+      const int k = k0 + j < n ? k0 + j : k0;
+      ek[j] = list ? list[k] : k;
+      xr[j] = reinterpret_cast<const float*>(
+          a.act + static_cast<size_t>((ek[j] / a.in_div) * a.in_mul + g * a.in_gmul) * a.act_stride);
+    }
+    float acc[kCfRows][kCfTok];
 #pragma unroll
-          for (int c = 0; c < 16; ++c) {
-            const float p = wf[warp][v0 + c] * xk[v0 + c];
-            acc[c] = acc[c] + p;
-          }
+    for (int i = 0; i < kCfRows; ++i)
+#pragma unroll
+      for (int j = 0; j < kCfTok; ++j) acc[i][j] = 0.0f;
+#pragma unroll 2
+    for (int v = c; v < a.cols; v += 16) {
+      float w[kCfRows], x[kCfTok];
+#pragma unroll
+      for (int i = 0; i < kCfRows; ++i) w[i] = load_w<T>(wr[i], v);
+#pragma unroll
+      for (int j = 0; j < kCfTok; ++j) x[j] = __ldg(xr[j] + v);
+#pragma unroll
+      for (int i = 0; i < kCfRows; ++i)
+#pragma unroll
+        for (int j = 0; j < kCfTok; ++j) {
+          const float p = w[i] * x[j];
+          acc[i][j] = acc[i][j] + p;
         }
+    }
+#pragma unroll
+    for (int i = 0; i < kCfRows; ++i)
+#pragma unroll
+      for (int j = 0; j < kCfTok; ++j) {
+        float v = acc[i][j];
+        for (int off = 8; off >= 1; off >>= 1) v = v + __shfl_down_sync(kFull, v, off, 16);
+        if (c == 0 && r0 + i < a.n_rows && k0 + j < n) a.y[ek[j] * a.y_stride + g * a.y_gstride + r0 + i] = v;
       }
-      __syncthreads();
-    }
-    if (active && lane < nt) {
-      float t[8];
-#pragma unroll
-      for (int c = 0; c < 8; ++c) t[c] = acc[c] + acc[c + 8];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) t[c] = t[c] + t[c + 4];
-      t[0] = t[0] + t[2];
-      t[1] = t[1] + t[3];
-      a.y[e * a.y_stride + g * a.y_gstride + r] = t[0] + t[1];
-    }
   }
 }
 
@@ -1537,8 +1541,11 @@ template <uint32_t T>
 void launch_matmat(const MatmatArgs& a, int groups) {
   if constexpr (T == kF32 || T == kF16 || T == kBF16) {
     if (!lane_matmat_off() && a.cols % 16 == 0) {
-      const dim3 grid(static_cast<unsigned>((a.n_rows + kLnWarps - 1) / kLnWarps), static_cast<unsigned>(groups));
-      launch_k(matmat_lane_float_kernel<T>, grid, kLnWarps * 32, 0, a);
+      // Token tiles over grid.z for dense launches (expert lists: every group's tokens in one block).
+      const int64_t tiles = a.cnt ? 1 : std::min<int64_t>((a.n_tok + kCfBlockTok - 1) / kCfBlockTok, 65535);
+      const dim3 grid(static_cast<unsigned>((a.n_rows + kCfBlockRows - 1) / kCfBlockRows), static_cast<unsigned>(groups),
+                      static_cast<unsigned>(tiles));
+      launch_k(matmat_class_float_kernel<T>, grid, kCfWarps * 32, 0, a);
       return;
     }
   }
