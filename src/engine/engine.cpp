@@ -68,7 +68,7 @@ std::unique_ptr<Backend> open_cuda(const Engine& e, const EngineOptions& o, cons
     return t ? t->type() : GgmlType::F32;  // an absent optional tensor counts as f32
   };
   const ModelFootprint fp = model_footprint(e.config(), type_of, std::max<int64_t>(o.plan_ctx, 1));
-  const uint64_t scratch = uint64_t{256} << 20;
+  const uint64_t scratch = (uint64_t{256} << 20) + cuda::prefill_scratch_bytes(e.config());  // + prefill chunks
   const GpuPlan plan = plan_gpus(fp, devices, room,
                                  devices.size() > 1 ? GpuPlanMode::expert_parallel : GpuPlanMode::layers, scratch);
   std::fputs(plan.describe().c_str(), stderr);

@@ -95,6 +95,12 @@ std::unique_ptr<Backend> make_cuda_backend(const model::Config& config,
   return std::make_unique<CudaBackend>(config, weights, options.device, options.progress);
 }
 
+uint64_t prefill_scratch_bytes(const model::Config& c) {
+  const uint64_t widest = std::max<uint64_t>({c.n_embd, c.q_lora_rank, c.group_in_dim(), c.out_low_dim(), c.n_ff_exp});
+  const uint64_t act = (widest + 255) / 256 * 292;  // Q8_K blocks: 292 bytes per 256 values
+  return CudaForward::batch_scratch_bytes(c, act, CudaForward::default_batch_tokens());
+}
+
 std::pair<uint64_t, uint64_t> device_memory(int device) {
   prepare_device(device);
   size_t free_b = 0, total_b = 0;

@@ -37,7 +37,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (c.n_expert > 4096) fail("CUDA backend: {} experts exceed the supported 4096", c.n_expert);
   if (c.n_hc > 5) fail("CUDA backend: {} hyper-connection streams exceed the supported 5", c.n_hc);
   n_pair_ = static_cast<int>(c.n_rot / 2);
-  if (const char* b = std::getenv("DS4_CUDA_BATCH")) batch_tokens_ = std::max(1, std::atoi(b));
+  batch_tokens_ = default_batch_tokens();
   if (const char* pp = std::getenv("DS4_CUDA_PREFILL_PROFILE"); pp && std::strcmp(pp, "0") != 0)
     pprof_ = std::make_unique<PrefillProfile>();
   const char* g = std::getenv("DS4_CUDA_GRAPH");

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <type_traits>
 
 #include "backend/cuda/cuda_forward.h"
 #include "backend/cuda/launch_stream.h"
@@ -43,6 +45,74 @@ void CudaForward::mm(const char* name, const DevMatrix& w, const float* x, int64
   pop(name, [&] { matmat(o); });
 }
 
+namespace {
+
+// Calls f(array, elements) for each prefill scratch array of a chunk of t tokens (the one list
+// that both allocates them and sizes them for the memory plan); logits and att are grown on
+// demand and not counted.
+template <class B, class F>
+void each_batch_array(B& b, const model::Config& c, uint64_t max_act_bytes, size_t t, F&& f) {
+  const size_t hc = c.hc_dim(), D = c.n_embd, nh = c.n_hc, U = c.n_expert_used, FF = c.n_ff_exp;
+  const size_t HD = c.head_dim, ID = c.indexer_head_dim, E = c.n_expert;
+  f(b.x, t * hc);
+  f(b.x_next, t * hc);
+  f(b.mix, t * c.hc_mix());
+  f(b.pre, t * nh);
+  f(b.post, t * nh);
+  f(b.comb, t * nh * nh);
+  f(b.sub_in, t * D);
+  f(b.h, t * D);
+  f(b.y, t * D);
+  f(b.qr, t * c.q_lora_rank);
+  f(b.q, t * c.q_dim());
+  f(b.kv_row, t * HD);
+  f(b.ck, t * 2 * HD);
+  f(b.cs, t * 2 * HD);
+  f(b.ik, t * 2 * std::max<size_t>(ID, 1));
+  f(b.is, t * 2 * std::max<size_t>(ID, 1));
+  f(b.iq, t * std::max<size_t>(c.indexer_q_dim(), 1));
+  f(b.iw, t * std::max<size_t>(c.n_indexer_head, 1));
+  f(b.attn, t * c.q_dim());
+  f(b.low, t * c.out_low_dim());
+  f(b.router_logits, t * E);
+  f(b.probs, t * E);
+  f(b.sel_w, t * U);
+  f(b.gate, t * U * FF);
+  f(b.up, t * U * FF);
+  f(b.mid, t * U * FF);
+  f(b.down, t * U * D);
+  f(b.sh_gate, t * FF);
+  f(b.sh_up, t * FF);
+  f(b.sh_mid, t * FF);
+  f(b.sh_down, t * D);
+  f(b.head_pre, t * nh);
+  f(b.z, t * D);
+  f(b.sel, t * U);
+  f(b.order, t * U);
+  f(b.cnt, E);
+  f(b.list, E * t * U);
+  f(b.act, max_act_bytes * t * std::max<size_t>({U, c.n_out_group, 1}));
+  f(b.top_k, t * std::max<size_t>(c.indexer_top_k, 1));
+  f(b.pooled, (t / 4 + 2) * std::max(HD, ID));
+}
+
+}  // namespace
+
+int CudaForward::default_batch_tokens() {
+  const char* b = std::getenv("DS4_CUDA_BATCH");
+  return b ? std::max(1, std::atoi(b)) : kDefaultBatchTokens;
+}
+
+uint64_t CudaForward::batch_scratch_bytes(const model::Config& c, uint64_t max_act_bytes, int batch_tokens) {
+  uint64_t bytes = 0;
+  Batch none;
+  each_batch_array(none, c, max_act_bytes, static_cast<size_t>(std::max(batch_tokens, 1)), [&](auto& arr, size_t n) {
+    bytes += n * sizeof(*arr.get());
+  });
+  // + the batched attention's score scratch (kAttScratchFloats at most) and the chunk's logits row
+  return bytes + (uint64_t{16} << 20) * 4;
+}
+
 void CudaForward::eval_batched(std::span<const int32_t> tokens, int64_t pos0, std::span<float> last_logits,
                                std::span<float> all_logits) {
   const auto n = static_cast<int64_t>(tokens.size());
@@ -50,49 +120,9 @@ void CudaForward::eval_batched(std::span<const int32_t> tokens, int64_t pos0, st
   if (!batch_ || batch_->h.size() < static_cast<size_t>(T) * c_.n_embd) {
     batch_.reset();  // free the smaller scratch first
     auto b = std::make_unique<Batch>();
-    const size_t t = static_cast<size_t>(T);
-    const size_t hc = c_.hc_dim(), D = c_.n_embd, nh = c_.n_hc, U = c_.n_expert_used, FF = c_.n_ff_exp;
-    const size_t HD = c_.head_dim, ID = c_.indexer_head_dim, E = c_.n_expert;
-    b->x = DeviceArray<float>(t * hc, false);
-    b->x_next = DeviceArray<float>(t * hc, false);
-    b->mix = DeviceArray<float>(t * c_.hc_mix(), false);
-    b->pre = DeviceArray<float>(t * nh, false);
-    b->post = DeviceArray<float>(t * nh, false);
-    b->comb = DeviceArray<float>(t * nh * nh, false);
-    b->sub_in = DeviceArray<float>(t * D, false);
-    b->h = DeviceArray<float>(t * D, false);
-    b->y = DeviceArray<float>(t * D, false);
-    b->qr = DeviceArray<float>(t * c_.q_lora_rank, false);
-    b->q = DeviceArray<float>(t * c_.q_dim(), false);
-    b->kv_row = DeviceArray<float>(t * HD, false);
-    b->ck = DeviceArray<float>(t * 2 * HD, false);
-    b->cs = DeviceArray<float>(t * 2 * HD, false);
-    b->ik = DeviceArray<float>(t * 2 * std::max<size_t>(ID, 1), false);
-    b->is = DeviceArray<float>(t * 2 * std::max<size_t>(ID, 1), false);
-    b->iq = DeviceArray<float>(t * std::max<size_t>(c_.indexer_q_dim(), 1), false);
-    b->iw = DeviceArray<float>(t * std::max<size_t>(c_.n_indexer_head, 1), false);
-    b->attn = DeviceArray<float>(t * c_.q_dim(), false);
-    b->low = DeviceArray<float>(t * c_.out_low_dim(), false);
-    b->router_logits = DeviceArray<float>(t * E, false);
-    b->probs = DeviceArray<float>(t * E, false);
-    b->sel_w = DeviceArray<float>(t * U, false);
-    b->gate = DeviceArray<float>(t * U * FF, false);
-    b->up = DeviceArray<float>(t * U * FF, false);
-    b->mid = DeviceArray<float>(t * U * FF, false);
-    b->down = DeviceArray<float>(t * U * D, false);
-    b->sh_gate = DeviceArray<float>(t * FF, false);
-    b->sh_up = DeviceArray<float>(t * FF, false);
-    b->sh_mid = DeviceArray<float>(t * FF, false);
-    b->sh_down = DeviceArray<float>(t * D, false);
-    b->head_pre = DeviceArray<float>(t * nh, false);
-    b->z = DeviceArray<float>(t * D, false);
-    b->sel = DeviceArray<int32_t>(t * U, false);
-    b->order = DeviceArray<int32_t>(t * U, false);
-    b->cnt = DeviceArray<int32_t>(E, false);
-    b->list = DeviceArray<int32_t>(E * t * U, false);
-    b->act = DeviceArray<uint8_t>(dw_.max_act_bytes * t * std::max<size_t>({U, c_.n_out_group, 1}), false);
-    b->top_k = DeviceArray<uint32_t>(t * std::max<size_t>(c_.indexer_top_k, 1), false);
-    b->pooled = DeviceArray<float>((t / 4 + 2) * std::max(HD, ID), false);
+    each_batch_array(*b, c_, dw_.max_act_bytes, static_cast<size_t>(T), [](auto& arr, size_t n) {
+      arr = std::remove_reference_t<decltype(arr)>(n, false);
+    });
     batch_ = std::move(b);
   }
   const size_t V = c_.n_vocab;

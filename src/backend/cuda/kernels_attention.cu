@@ -138,10 +138,13 @@ __device__ void attn_cp_async4(float* dst, const float* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
 
-// Dynamic shared memory of attn_combine_kernel: V slices [kAttChunk][kAttDims], probabilities
-// [kAttHeads][kAttChunk + 1] (+1: the denominator lanes hit distinct banks), sel ids [kAttChunk].
-constexpr size_t kAttCombineSmem =
-    (static_cast<size_t>(kAttChunk) * kAttDims + kAttHeads * (kAttChunk + 1) + kAttChunk) * sizeof(float);
+// Dynamic shared memory of attn_combine_kernel<kChunk>: V slices [kChunk][kAttDims], probabilities
+// [kAttHeads][kChunk + 1] (+1: the denominator lanes hit distinct banks), sel ids [kChunk].
+constexpr size_t combine_smem(int chunk) {
+  return (static_cast<size_t>(chunk) * kAttDims + kAttHeads * (chunk + 1) + chunk) * sizeof(float);
+}
+// Batched (prefill) launches have many blocks: chunks of kAttBatchChunk rows, two blocks per SM.
+constexpr int kAttBatchChunk = 512;
 
 // Softmax with a sink and the weighted sum (model::sink_attention steps 2-3) of kAttHeads heads
 // x kAttDims output dims, grid (dim slices, head groups); one block per SM. Per chunk of up to
@@ -149,8 +152,10 @@ constexpr size_t kAttCombineSmem =
 // every load in flight together) while the block makes the probabilities exp(s - max); then warp
 // w < 8 (head h0 + w, lane = output dim) sums each output value over the rows in order, every V
 // element read once for the 8 heads, and warp 8's lanes sum the 8 denominators in row order.
-// Token blockIdx.z of a batch as attn_scores_kernel (out advances by out_stride).
-__global__ void __launch_bounds__(kAttCombineThreads, 1)
+// Token blockIdx.z of a batch as attn_scores_kernel (out advances by out_stride). kChunk: rows
+// per chunk (kAttChunk: one block per SM for the decode step's single token).
+template <int kChunk>
+__global__ void __launch_bounds__(kAttCombineThreads, kChunk == kAttChunk ? 1 : 2)
 attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, int64_t n_swa, const int64_t* pos,
                     const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride, int64_t n_sel,
                     const float* scratch, int64_t scratch_stride, float* out, int64_t out_stride) {
@@ -164,8 +169,8 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
   const int64_t raw_cap = win.raw_cap;
   extern __shared__ float4 smem4[];
   float* vs = reinterpret_cast<float*>(smem4);
-  float* ps = vs + kAttChunk * kAttDims;
-  uint32_t* sels = reinterpret_cast<uint32_t*>(ps + kAttHeads * (kAttChunk + 1));
+  float* ps = vs + kChunk * kAttDims;
+  uint32_t* sels = reinterpret_cast<uint32_t*>(ps + kAttHeads * (kChunk + 1));
   __shared__ float ms[kAttHeads], inv[kAttHeads];
   const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
   const int64_t n_rows = a.n_rows;
@@ -175,8 +180,8 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
   const int64_t slot0 = a.lo % raw_cap;
   const bool vec4 = dim % 4 == 0;  // 16-byte copies (rows and the slice start 16-byte aligned)
   float denom = 0.0f, o = 0.0f;
-  for (int64_t c0 = 0; c0 < n_rows; c0 += kAttChunk) {
-    const int cn = static_cast<int>(n_rows - c0 < kAttChunk ? n_rows - c0 : kAttChunk);
+  for (int64_t c0 = 0; c0 < n_rows; c0 += kChunk) {
+    const int cn = static_cast<int>(n_rows - c0 < kChunk ? n_rows - c0 : kChunk);
     __syncthreads();  // the previous chunk is consumed
     if (sel) {
       for (int jj = threadIdx.x; jj < cn; jj += blockDim.x)
@@ -233,19 +238,19 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const int e = e0 + static_cast<int>(threadIdx.x + u * blockDim.x), hl = e / cn, jj = e % cn;
-        if (e < kAttHeads * cn) ps[hl * (kAttChunk + 1) + jj] = h0 + hl < n_head ? exp_f(sv[u] - ms[hl]) : 0.0f;
+        if (e < kAttHeads * cn) ps[hl * (kChunk + 1) + jj] = h0 + hl < n_head ? exp_f(sv[u] - ms[hl]) : 0.0f;
       }
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
     if (warp == kAttHeads) {
       if (lane < kAttHeads && h0 + lane < n_head) {
-        const float* p = ps + lane * (kAttChunk + 1);
+        const float* p = ps + lane * (kChunk + 1);
 #pragma unroll 8
         for (int jj = 0; jj < cn; ++jj) denom += p[jj];
       }
     } else {
-      const float* p = ps + warp * (kAttChunk + 1);
+      const float* p = ps + warp * (kChunk + 1);
       const float* v = vs + lane;
 #pragma unroll 8
       for (int jj = 0; jj < cn; ++jj) o += p[jj] * v[jj * kAttDims];
@@ -282,10 +287,12 @@ void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, 
                   static_cast<unsigned>(n_tok));
   launch_k(attn_scores_kernel, grid, kAttScoreRows * 8, smem, q, q_stride, n_head, dim, win, n_swa, pos, comp, ratio,
            sel, sel_stride, n_sel, scratch, ss);
-  allow_dynamic_smem(reinterpret_cast<const void*>(attn_combine_kernel), kAttCombineSmem);
   const dim3 cgrid(static_cast<unsigned>((dim + kAttDims - 1) / kAttDims), groups, static_cast<unsigned>(n_tok));
-  launch_k(attn_combine_kernel, cgrid, kAttCombineThreads, kAttCombineSmem, sinks, n_head, dim, win, n_swa, pos, comp,
-           ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride);
+  auto* k = n_tok > 1 ? attn_combine_kernel<kAttBatchChunk> : attn_combine_kernel<kAttChunk>;
+  const size_t csmem = combine_smem(n_tok > 1 ? kAttBatchChunk : kAttChunk);
+  allow_dynamic_smem(reinterpret_cast<const void*>(k), csmem);
+  launch_k(k, cgrid, kAttCombineThreads, csmem, sinks, n_head, dim, win, n_swa, pos, comp, ratio, sel, sel_stride, n_sel,
+           scratch, ss, out, out_stride);
 }
 
 }  // namespace ds4::cuda

@@ -1297,7 +1297,8 @@ __global__ void __launch_bounds__(kCfWarps * 32) matmat_class_float_kernel(Matma
 // Fragments (g = lane / 4, t = lane % 4): A a0..a3 = rows g, g+8 x values 4t..4t+3 and
 // 16+4t..16+4t+3 of the block; B b0, b1 = values 4t.., 16+4t.. of token g; C c0..c3 = (row g,
 // token 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). A block of kMqWarps warps takes 16 rows and
-// kMqWarps x 8 tokens at a time. Weights are split rows (weight_layout.cuh), 4-byte aligned.
+// kMqWarps x 8 tokens at a time (expert lists: 16 rows per warp). Weights are split rows
+// (weight_layout.cuh), 4-byte aligned.
 constexpr int kMqWarps = 4;
 
 __device__ __forceinline__ void mma_s8_16x8x32(const int (&a)[4], int b0, int b1, int (&c)[4]) {
@@ -1340,13 +1341,18 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
   __shared__ Tables tab;
   const int grp = blockIdx.y;
   const int n = a.cnt ? a.cnt[grp] : a.n_tok;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * 16;
-  if (n <= 0 || r0 >= a.n_rows) return;  // whole block
+  // Expert lists (a.cnt) hold a few tokens per expert: each warp takes its own 16 rows and all
+  // the tokens; dense launches: the block's warps share 16 rows (L1 reuse), 8 tokens each.
+  const bool own_rows = a.cnt != nullptr;
+  const int64_t rows_per_block = own_rows ? 16 * kMqWarps : 16;
+  if (n <= 0 || static_cast<int64_t>(blockIdx.x) * rows_per_block >= a.n_rows) return;  // whole block
   if constexpr (T == kIQ2_XXS) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) tab.grid[i] = c_iq2_grid[i];
     __syncthreads();
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block + (own_rows ? 16 * warp : 0);
+  if (r0 >= a.n_rows) return;  // whole warp (no block-wide synchronisation below)
   constexpr int B = payload_bytes<T>();     // payload bytes per weight block (split formats)
   constexpr int kAct = ActFmt<T>::kBytes;   // activation bytes per block
   const int64_t nblk = a.cols / Fmt<T>::kVals;
@@ -1361,7 +1367,7 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
   auto xrow = [&](int64_t e) {
     return a.act + static_cast<size_t>((e / a.in_div) * a.in_mul + grp * a.in_gmul) * a.act_stride;
   };
-  for (int k0 = warp * 8; k0 < n; k0 += kMqWarps * 8) {
+  for (int k0 = own_rows ? 0 : warp * 8; k0 < n; k0 += own_rows ? 8 : kMqWarps * 8) {
     // This lane's B token (g) and its output tokens (2t, 2t+1); tokens past n read token k0.
     const int kb = k0 + g < n ? k0 + g : k0;
     const int ka = k0 + 2 * t < n ? k0 + 2 * t : k0, kc = k0 + 2 * t + 1 < n ? k0 + 2 * t + 1 : k0;
@@ -1520,6 +1526,117 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
   }
 }
 
+// Dense Q8_0 matmat in shared-memory tiles (no expert list; rows of whole 256-value K tiles,
+// 16-byte aligned): a block computes 32 rows x 32 tokens, each of its 4 warps 16 rows x 16
+// tokens (two m16n8k32 tiles per block). K tiles of 8 blocks are staged by cp.async, double
+// buffered; staged rows are padded (+16 bytes) so the fragment reads hit distinct banks. Block
+// b0 + i of a tile (b0 a multiple of 8) goes to accumulator i = b mod 8 with matmat_mma_kernel's
+// float steps, and the same final tree: bit-identical to matvec. (matmat_mma_kernel reads its
+// fragments straight from global memory, 4 bytes of 8 rows per load: bound by L1 wavefronts.)
+constexpr int kQtRows = 32, kQtTok = 32, kQtBlk = 8;
+constexpr int kQtWStride = kQtBlk * 32 + 16;  // staged payload bytes per row
+constexpr int kQtXStride = kQtBlk * 36 + 16;  // staged activation bytes per token
+
+struct QtStage {
+  uint8_t w[kQtRows * kQtWStride];
+  uint8_t d[kQtRows * 16];  // each row's 8 f16 block scales
+  uint8_t x[kQtTok * kQtXStride];
+};
+
+__global__ void __launch_bounds__(128) matmat_q8_tiled_kernel(MatmatArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ __align__(16) QtStage st[2];
+  const int grp = blockIdx.y;
+  const int n = a.n_tok;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kQtRows;
+  const int k0 = static_cast<int>(blockIdx.z) * kQtTok;
+  if (k0 >= n || r0 >= a.n_rows) return;  // whole block
+  const int64_t nblk = a.cols / 32;
+  const int nkt = static_cast<int>(nblk / kQtBlk);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wr = warp & 1, wt = warp >> 1;
+  auto wrow = [&](int i) {  // rows past the end read the last row, not written
+    const int64_t r = r0 + i < a.n_rows ? r0 + i : a.n_rows - 1;
+    return a.w + static_cast<size_t>(a.row0 + grp * a.group_rows + r) * a.row_bytes;
+  };
+  auto xrow = [&](int j) {  // tokens past n read token n - 1, not written
+    const int64_t k = k0 + j < n ? k0 + j : n - 1;
+    return a.act + static_cast<size_t>((k / a.in_div) * a.in_mul + grp * a.in_gmul) * a.act_stride;
+  };
+  auto load = [&](int kt, QtStage& sb) {
+    const int64_t b0 = static_cast<int64_t>(kt) * kQtBlk;
+    for (int i = tid; i < kQtRows * 17; i += blockDim.x) {  // 16 payload copies + 1 scale copy per row
+      const int row = i / 17, c = i % 17;
+      const uint8_t* src = wrow(row);
+      if (c < 16) cp_async16(sb.w + row * kQtWStride + 16 * c, src + b0 * 32 + 16 * c);
+      else cp_async16(sb.d + row * 16, src + nblk * 32 + 2 * b0);
+    }
+    for (int i = tid; i < kQtTok * 18; i += blockDim.x) {  // 8 blocks of 36 bytes per token
+      const int tok = i / 18, c = i % 18;
+      cp_async16(sb.x + tok * kQtXStride + 16 * c, xrow(tok) + b0 * 36 + 16 * c);
+    }
+    cp_async_commit();
+  };
+  float p[kQtBlk][2][4];
+#pragma unroll
+  for (int s = 0; s < kQtBlk; ++s)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) p[s][j][0] = p[s][j][1] = p[s][j][2] = p[s][j][3] = 0.0f;
+  load(0, st[0]);
+  for (int kt = 0; kt < nkt; ++kt) {
+    if (kt + 1 < nkt) {
+      load(kt + 1, st[(kt + 1) & 1]);
+      cp_async_wait_group<1>();
+    } else {
+      cp_async_wait_group<0>();
+    }
+    __syncthreads();
+    const QtStage& sb = st[kt & 1];
+    const uint8_t* wa = sb.w + (16 * wr + g) * kQtWStride + 4 * t;
+    const uint8_t* da = sb.d + (16 * wr + g) * 16;
+#pragma unroll
+    for (int bi = 0; bi < kQtBlk; ++bi) {
+      const int av[4] = {ld32(wa + bi * 32), ld32(wa + 8 * kQtWStride + bi * 32), ld32(wa + bi * 32 + 16),
+                         ld32(wa + 8 * kQtWStride + bi * 32 + 16)};
+      const float dg = h2f(ld16(da + 2 * bi)), dg8 = h2f(ld16(da + 8 * 16 + 2 * bi));
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const uint8_t* xt = sb.x + (16 * wt + 8 * j) * kQtXStride + bi * 36;
+        const uint8_t* xb = xt + g * kQtXStride;
+        int c[4];
+        mma_s8_16x8x32(av, ld32(xb + 4 + 4 * t), ld32(xb + 20 + 4 * t), c);
+        const float xda = *reinterpret_cast<const float*>(xt + (2 * t) * kQtXStride);
+        const float xdc = *reinterpret_cast<const float*>(xt + (2 * t + 1) * kQtXStride);
+        p[bi][j][0] = p[bi][j][0] + (dg * xda) * static_cast<float>(c[0]);
+        p[bi][j][1] = p[bi][j][1] + (dg * xdc) * static_cast<float>(c[1]);
+        p[bi][j][2] = p[bi][j][2] + (dg8 * xda) * static_cast<float>(c[2]);
+        p[bi][j][3] = p[bi][j][3] + (dg8 * xdc) * static_cast<float>(c[3]);
+      }
+    }
+    __syncthreads();  // the buffer is refilled two tiles on
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float out = ((p[0][j][i] + p[4][j][i]) + (p[2][j][i] + p[6][j][i])) +
+                        ((p[1][j][i] + p[5][j][i]) + (p[3][j][i] + p[7][j][i]));
+      const int64_t r = r0 + 16 * wr + g + (i >= 2 ? 8 : 0);
+      const int k = k0 + 16 * wt + 8 * j + 2 * t + (i & 1);
+      if (r < a.n_rows && k < n) a.y[static_cast<int64_t>(k) * a.y_stride + grp * a.y_gstride + r] = out;
+    }
+}
+
+// DS4_CUDA_MATMAT_TILED=0: dense Q8_0 prefill matvecs through matmat_mma_kernel (comparisons).
+bool tiled_off() {
+  static const bool off = [] {
+    const char* v = std::getenv("DS4_CUDA_MATMAT_TILED");
+    return v && v[0] == '0';
+  }();
+  return off;
+}
+
 // DS4_CUDA_MATMAT_MMA=0: Q8_0 / IQ2_XXS / Q2_K / Q4_K prefill matvecs through the token-per-lane / generic kernels.
 bool mma_off() {
   static const bool off = [] {
@@ -1551,9 +1668,21 @@ void launch_matmat(const MatmatArgs& a, int groups) {
   }
   if constexpr (T == kQ8_0 || T == kIQ2_XXS || T == kQ2_K || T == kQ4_K) {
     constexpr size_t kAlign = T == kIQ2_XXS ? 8 : 4;  // payload words read 8 (IQ2_XXS) or 4 bytes at a time
+    if constexpr (T == kQ8_0) {
+      if (!tiled_off() && !mma_off() && !lane_matmat_off() && !a.cnt && !a.list && a.cols % 256 == 0 &&
+          a.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.act_stride % 16 == 0 &&
+          reinterpret_cast<uintptr_t>(a.act) % 16 == 0 && has_int8_mma()) {
+        const dim3 grid(static_cast<unsigned>((a.n_rows + kQtRows - 1) / kQtRows), static_cast<unsigned>(groups),
+                        static_cast<unsigned>((a.n_tok + kQtTok - 1) / kQtTok));
+        launch_k(matmat_q8_tiled_kernel, grid, 128, 0, a);
+        return;
+      }
+    }
     if (!mma_off() && !lane_matmat_off() && a.row_bytes % kAlign == 0 && reinterpret_cast<uintptr_t>(a.w) % kAlign == 0 &&
         a.act_stride % 4 == 0 && has_int8_mma()) {
-      const dim3 grid(static_cast<unsigned>((a.n_rows + 15) / 16), static_cast<unsigned>(groups));
+      const int64_t rows_per_block = a.cnt ? 16 * kMqWarps : 16;  // as matmat_mma_kernel
+      const dim3 grid(static_cast<unsigned>((a.n_rows + rows_per_block - 1) / rows_per_block),
+                      static_cast<unsigned>(groups));
       launch_k(matmat_mma_kernel<T>, grid, kMqWarps * 32, 0, a);
       return;
     }
