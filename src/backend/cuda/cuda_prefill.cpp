@@ -1,11 +1,13 @@
 // Layer-major prefill of the CUDA backend (CudaForward::eval for more than one token), the
 // design of the CPU forward (backend/cpu/forward.cpp): per layer, the token-independent work of
-// a chunk of tokens runs over the whole chunk (projections as multi-token matvecs that read each
-// weight row once per 32 tokens, norms, SwiGLU, routed experts grouped by expert), and the
-// position-dependent work (KV store, compressors, indexer, attention) token by token in order.
-// Every value is computed by the same kernels in the same operation order as the decode step
-// (matmat equals matvec bit for bit), so logits and state are bit-identical to token-by-token
-// evaluation for any chunking. Everything runs on the main stream.
+// a chunk of tokens runs over the whole chunk (projections as multi-token matvecs, norms, SwiGLU,
+// routed experts grouped by expert), and so does the position-dependent work where each
+// position's result is fixed by values already known: the KV rows, the compressor pushes (the
+// frontier replayed in order in one launch), the attention (each token bounded by its position);
+// only the indexer's top-k past top_k compressed rows runs token by token. Every value is
+// computed in the same operation order as the decode step (matmat equals matvec bit for bit), so
+// logits and state are bit-identical to token-by-token evaluation for any chunking. Everything
+// runs on the main stream.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -46,6 +48,10 @@ void CudaForward::mm(const char* name, const DevMatrix& w, const float* x, int64
 }
 
 namespace {
+
+// Score floats of one batched attention launch pair (a chunk's tokens take several launches when
+// their rows need more: long contexts at ratio 128).
+constexpr int64_t kAttScratchFloats = int64_t{16} << 20;
 
 // Calls f(array, elements) for each prefill scratch array of a chunk of t tokens (the one list
 // that both allocates them and sizes them for the memory plan); logits and att are grown on
@@ -109,8 +115,7 @@ uint64_t CudaForward::batch_scratch_bytes(const model::Config& c, uint64_t max_a
   each_batch_array(none, c, max_act_bytes, static_cast<size_t>(std::max(batch_tokens, 1)), [&](auto& arr, size_t n) {
     bytes += n * sizeof(*arr.get());
   });
-  // + the batched attention's score scratch (kAttScratchFloats at most) and the chunk's logits row
-  return bytes + (uint64_t{16} << 20) * 4;
+  return bytes + kAttScratchFloats * sizeof(float);  // + the batched attention's scores, at most
 }
 
 void CudaForward::eval_batched(std::span<const int32_t> tokens, int64_t pos0, std::span<float> last_logits,
@@ -297,7 +302,6 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
   }
   // Attention in launches of at most kAttScratchFloats score floats: tokens [0, first_sel) over
   // all their compressed rows, [first_sel, n) over their selected rows.
-  constexpr int64_t kAttScratchFloats = int64_t{16} << 20;
   const int64_t per_tok = static_cast<int64_t>(nhead) * max_rows;
   const int per = static_cast<int>(std::clamp<int64_t>(kAttScratchFloats / per_tok, 1, n));
   if (b.att.size() < static_cast<size_t>(per * per_tok)) b.att = DeviceArray<float>(static_cast<size_t>(per * per_tok), false);

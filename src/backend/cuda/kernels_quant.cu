@@ -798,21 +798,22 @@ __global__ void __launch_bounds__(kDirWarps * 32, 4) matvec_iq2_direct_kernel(Ma
 
 constexpr int64_t kQ8WideMinBytes = int64_t{24} << 20;  // see launch_matvec
 
+// True when environment variable `name` starts with '0': the kernel-choice switches
+// (docs/architecture.md), each read once by its function below.
+bool env_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return v && v[0] == '0';
+}
+
 // DS4_CUDA_Q8_WIDE=0: the streaming kernel's Q8_0 dot in dot_chunk's 4-lanes-per-block mapping.
 bool q8_wide_off() {
-  static const bool off = [] {
-    const char* v = std::getenv("DS4_CUDA_Q8_WIDE");
-    return v && v[0] == '0';
-  }();
+  static const bool off = env_zero("DS4_CUDA_Q8_WIDE");
   return off;
 }
 
 // DS4_CUDA_MATVEC_DIRECT=0: IQ2_XXS uses the streaming kernel too (comparisons).
 bool direct_off() {
-  static const bool off = [] {
-    const char* v = std::getenv("DS4_CUDA_MATVEC_DIRECT");
-    return v && v[0] == '0';
-  }();
+  static const bool off = env_zero("DS4_CUDA_MATVEC_DIRECT");
   return off;
 }
 
@@ -1030,10 +1031,7 @@ namespace {
 
 // DS4_CUDA_MATMAT_LANE=0: the Q8_0/MXFP4 and float formats use matmat_kernel too (comparisons).
 bool lane_matmat_off() {
-  static const bool off = [] {
-    const char* v = std::getenv("DS4_CUDA_MATMAT_LANE");
-    return v && v[0] == '0';
-  }();
+  static const bool off = env_zero("DS4_CUDA_MATMAT_LANE");
   return off;
 }
 
@@ -1630,19 +1628,13 @@ __global__ void __launch_bounds__(128) matmat_q8_tiled_kernel(MatmatArgs a) {
 
 // DS4_CUDA_MATMAT_TILED=0: dense Q8_0 prefill matvecs through matmat_mma_kernel (comparisons).
 bool tiled_off() {
-  static const bool off = [] {
-    const char* v = std::getenv("DS4_CUDA_MATMAT_TILED");
-    return v && v[0] == '0';
-  }();
+  static const bool off = env_zero("DS4_CUDA_MATMAT_TILED");
   return off;
 }
 
 // DS4_CUDA_MATMAT_MMA=0: Q8_0 / IQ2_XXS / Q2_K / Q4_K prefill matvecs through the token-per-lane / generic kernels.
 bool mma_off() {
-  static const bool off = [] {
-    const char* v = std::getenv("DS4_CUDA_MATMAT_MMA");
-    return v && v[0] == '0';
-  }();
+  static const bool off = env_zero("DS4_CUDA_MATMAT_MMA");
   return off;
 }
 
