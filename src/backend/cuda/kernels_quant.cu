@@ -1298,6 +1298,7 @@ __global__ void __launch_bounds__(kCfWarps * 32) matmat_class_float_kernel(Matma
 // kMqWarps x 8 tokens at a time (expert lists: 16 rows per warp). Weights are split rows
 // (weight_layout.cuh), 4-byte aligned.
 constexpr int kMqWarps = 4;
+constexpr int kMqTiles = 4;  // token tiles of 8 per pass for the K-quants and IQ2_XXS
 
 __device__ __forceinline__ void mma_s8_16x8x32(const int (&a)[4], int b0, int b1, int (&c)[4]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -1365,14 +1366,25 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
   auto xrow = [&](int64_t e) {
     return a.act + static_cast<size_t>((e / a.in_div) * a.in_mul + grp * a.in_gmul) * a.act_stride;
   };
-  for (int k0 = own_rows ? 0 : warp * 8; k0 < n; k0 += own_rows ? 8 : kMqWarps * 8) {
-    // This lane's B token (g) and its output tokens (2t, 2t+1); tokens past n read token k0.
-    const int kb = k0 + g < n ? k0 + g : k0;
-    const int ka = k0 + 2 * t < n ? k0 + 2 * t : k0, kc = k0 + 2 * t + 1 < n ? k0 + 2 * t + 1 : k0;
-    const uint8_t* xb = xrow(entry(kb));
-    const uint8_t* xa = xrow(entry(ka));
-    const uint8_t* xc = xrow(entry(kc));
-    float out[4];
+  // NT token tiles of 8 per pass: the K-quants' and IQ2_XXS's weight fragments are decoded once
+  // per block part and fed to NT MMAs (tiles past n are skipped, uniformly per warp).
+  constexpr int NT = T == kQ8_0 ? 1 : kMqTiles;
+  for (int k0 = own_rows ? 0 : warp * 8 * NT; k0 < n; k0 += own_rows ? 8 * NT : kMqWarps * 8 * NT) {
+    const int nt = (n - k0 + 7) / 8 < NT ? (n - k0 + 7) / 8 : NT;
+    // Tile j: this lane's B token (g) and its output tokens (2t, 2t+1); tokens past n read token k0.
+    const uint8_t* xb[NT];
+    const uint8_t* xa[NT];
+    const uint8_t* xc[NT];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) {
+      const int kj = k0 + 8 * j;
+      const int kb = kj + g < n ? kj + g : k0;
+      const int ka = kj + 2 * t < n ? kj + 2 * t : k0, kc = kj + 2 * t + 1 < n ? kj + 2 * t + 1 : k0;
+      xb[j] = xrow(entry(kb));
+      xa[j] = xrow(entry(ka));
+      xc[j] = xrow(entry(kc));
+    }
+    float out[NT][4];
     if constexpr (T == kQ8_0) {
       float p[8][4];
 #pragma unroll
@@ -1385,10 +1397,10 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
           const int av[4] = {ld32(wg + b * B + 4 * t), ld32(wg8 + b * B + 4 * t), ld32(wg + b * B + 16 + 4 * t),
                              ld32(wg8 + b * B + 16 + 4 * t)};
           int c[4];
-          mma_s8_16x8x32(av, ld32(xb + b * kAct + 4 + 4 * t), ld32(xb + b * kAct + 20 + 4 * t), c);
+          mma_s8_16x8x32(av, ld32(xb[0] + b * kAct + 4 + 4 * t), ld32(xb[0] + b * kAct + 20 + 4 * t), c);
           const float dg = h2f(ld16(wg + nblk * B + 2 * b)), dg8 = h2f(ld16(wg8 + nblk * B + 2 * b));
-          const float xda = *reinterpret_cast<const float*>(xa + b * kAct);
-          const float xdc = *reinterpret_cast<const float*>(xc + b * kAct);
+          const float xda = *reinterpret_cast<const float*>(xa[0] + b * kAct);
+          const float xdc = *reinterpret_cast<const float*>(xc[0] + b * kAct);
           p[s][0] = p[s][0] + (dg * xda) * static_cast<float>(c[0]);
           p[s][1] = p[s][1] + (dg * xdc) * static_cast<float>(c[1]);
           p[s][2] = p[s][2] + (dg8 * xda) * static_cast<float>(c[2]);
@@ -1397,19 +1409,23 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        out[i] = ((p[0][i] + p[4][i]) + (p[2][i] + p[6][i])) + ((p[1][i] + p[5][i]) + (p[3][i] + p[7][i]));
+        out[0][i] = ((p[0][i] + p[4][i]) + (p[2][i] + p[6][i])) + ((p[1][i] + p[5][i]) + (p[3][i] + p[7][i]));
     } else if constexpr (T == kQ2_K || T == kQ4_K) {
       // 32-value parts: Q2_K part p = sub-blocks 2p, 2p+1 (codes 0..3 times their 4-bit scale
       // fit int8, so one MMA gives sum_j sc_j * sum q y for both); Q4_K part j = sub-block j
       // (codes 0..15, one MMA, then the 6-bit scale in integers). The min term is the scalar
       // dot of the activation's bsums with the mins, as k_part.
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float acc[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
       for (int64_t b = 0; b < nblk; ++b) {
         const uint8_t* bg = wg + b * Fmt<T>::kBytes;
         const uint8_t* bg8 = wg8 + b * Fmt<T>::kBytes;
-        const uint8_t* ya = xa + b * kAct;
-        const uint8_t* yc = xc + b * kAct;
-        int isum[4] = {0, 0, 0, 0}, summs[4] = {0, 0, 0, 0};
+        int isum[NT][4], summs[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) isum[j][i] = summs[j][i] = 0;
 #pragma unroll
         for (int part = 0; part < 8; ++part) {
           int av[4];
@@ -1428,66 +1444,96 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
             av[2] = (ld32(bg + off + 16) >> shift) & 0x0f0f0f0f;
             av[3] = (ld32(bg8 + off + 16) >> shift) & 0x0f0f0f0f;
           }
-          int c[4];
-          const uint8_t* yq = xb + b * kAct + 4 + 32 * part;
-          mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
-          if constexpr (T == kQ2_K) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) isum[i] += c[i];
-          } else {  // the sub-block's 6-bit scale (k_part's unpacking)
+          int sg = 1, sg8 = 1;
+          if constexpr (T == kQ4_K) {  // the sub-block's 6-bit scale (k_part's unpacking)
             auto sc_of = [&](const uint8_t* blk) {
               const uint8_t* sc = blk + 4;
               return part < 4 ? (sc[part] & 63) : ((sc[part + 4] & 15) | ((sc[part - 4] >> 6) << 4));
             };
-            const int sg = sc_of(bg), sg8 = sc_of(bg8);
-            isum[0] += sg * c[0];
-            isum[1] += sg * c[1];
-            isum[2] += sg8 * c[2];
-            isum[3] += sg8 * c[3];
+            sg = sc_of(bg);
+            sg8 = sc_of(bg8);
+          }
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            if (j >= nt) break;  // uniform
+            int c[4];
+            const uint8_t* yq = xb[j] + b * kAct + 4 + 32 * part;
+            mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
+            if constexpr (T == kQ2_K) {
+#pragma unroll
+              for (int i = 0; i < 4; ++i) isum[j][i] += c[i];
+            } else {
+              isum[j][0] += sg * c[0];
+              isum[j][1] += sg * c[1];
+              isum[j][2] += sg8 * c[2];
+              isum[j][3] += sg8 * c[3];
+            }
           }
         }
         // Min corrections: Q2_K sum_j bsums_j * (sc_j >> 4) over 16 sub-blocks; Q4_K
-        // sum_j mn_j * (bsums_2j + bsums_2j+1) over 8.
-        const auto* bsa = reinterpret_cast<const int16_t*>(ya + 260);
-        const auto* bsc = reinterpret_cast<const int16_t*>(yc + 260);
+        // sum_j mn_j * (bsums_2j + bsums_2j+1) over 8 (integers: any order).
         if constexpr (T == kQ2_K) {
-          for (int j = 0; j < 16; ++j) {
-            const int m = bg[j] >> 4, m8 = bg8[j] >> 4;
-            summs[0] += bsa[j] * m;
-            summs[1] += bsc[j] * m;
-            summs[2] += bsa[j] * m8;
-            summs[3] += bsc[j] * m8;
+          for (int q = 0; q < 16; ++q) {
+            const int m = bg[q] >> 4, m8 = bg8[q] >> 4;
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+              if (j >= nt) break;
+              const int ya = reinterpret_cast<const int16_t*>(xa[j] + b * kAct + 260)[q];
+              const int yc = reinterpret_cast<const int16_t*>(xc[j] + b * kAct + 260)[q];
+              summs[j][0] += ya * m;
+              summs[j][1] += yc * m;
+              summs[j][2] += ya * m8;
+              summs[j][3] += yc * m8;
+            }
           }
         } else {
-          for (int j = 0; j < 8; ++j) {
+          for (int q = 0; q < 8; ++q) {
             auto mn_of = [&](const uint8_t* blk) {
               const uint8_t* sc = blk + 4;
-              return j < 4 ? (sc[j + 4] & 63) : ((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
+              return q < 4 ? (sc[q + 4] & 63) : ((sc[q + 4] >> 4) | ((sc[q] >> 6) << 4));
             };
             const int m = mn_of(bg), m8 = mn_of(bg8);
-            summs[0] += m * (bsa[2 * j] + bsa[2 * j + 1]);
-            summs[1] += m * (bsc[2 * j] + bsc[2 * j + 1]);
-            summs[2] += m8 * (bsa[2 * j] + bsa[2 * j + 1]);
-            summs[3] += m8 * (bsc[2 * j] + bsc[2 * j + 1]);
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+              if (j >= nt) break;
+              const auto* bsa = reinterpret_cast<const int16_t*>(xa[j] + b * kAct + 260);
+              const auto* bsc = reinterpret_cast<const int16_t*>(xc[j] + b * kAct + 260);
+              const int ya = bsa[2 * q] + bsa[2 * q + 1], yc = bsc[2 * q] + bsc[2 * q + 1];
+              summs[j][0] += m * ya;
+              summs[j][1] += m * yc;
+              summs[j][2] += m8 * ya;
+              summs[j][3] += m8 * yc;
+            }
           }
         }
         const int off = T == kQ2_K ? 80 : 0;  // d, dmin
-        const float yda = *reinterpret_cast<const float*>(ya), ydc = *reinterpret_cast<const float*>(yc);
         const float wd[2] = {h2f(ld16(bg + off)), h2f(ld16(bg8 + off))};
         const float wm[2] = {h2f(ld16(bg + off + 2)), h2f(ld16(bg8 + off + 2))};
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float yd = (i & 1) ? ydc : yda;
-          const float dall = yd * wd[i >> 1], dmin = yd * wm[i >> 1];
-          acc[i] = acc[i] + (dall * static_cast<float>(isum[i]) - dmin * static_cast<float>(summs[i]));
+        for (int j = 0; j < NT; ++j) {
+          if (j >= nt) break;
+          const float yda = *reinterpret_cast<const float*>(xa[j] + b * kAct);
+          const float ydc = *reinterpret_cast<const float*>(xc[j] + b * kAct);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float yd = (i & 1) ? ydc : yda;
+            const float dall = yd * wd[i >> 1], dmin = yd * wm[i >> 1];
+            acc[j][i] = acc[j][i] + (dall * static_cast<float>(isum[j][i]) - dmin * static_cast<float>(summs[j][i]));
+          }
         }
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) out[i] = acc[i];
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) out[j][i] = acc[j][i];
     } else {  // IQ2_XXS
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float acc[NT][4];
+#pragma unroll
+      for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
       for (int64_t b = 0; b < nblk; ++b) {
-        int isum[4] = {0, 0, 0, 0};
+        int isum[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; ++j) isum[j][0] = isum[j][1] = isum[j][2] = isum[j][3] = 0;
 #pragma unroll
         for (int gi = 0; gi < 8; ++gi) {
           const uint2 qg = *reinterpret_cast<const uint2*>(wg + b * B + 8 * gi);
@@ -1495,32 +1541,44 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
           const int e = t >> 1, h = t & 1;  // values 4t.. = grid entry t/2, half t%2; 16+4t.. entry 2 + t/2
           const int av[4] = {iq2_word(qg.x, qg.y, e, h, tab), iq2_word(qg8.x, qg8.y, e, h, tab),
                              iq2_word(qg.x, qg.y, 2 + e, h, tab), iq2_word(qg8.x, qg8.y, 2 + e, h, tab)};
-          int c[4];
-          const uint8_t* yq = xb + b * kAct + 4 + 32 * gi;
-          mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
           const int sg = static_cast<int>(2 * (qg.y >> 28) + 1), sg8 = static_cast<int>(2 * (qg8.y >> 28) + 1);
-          isum[0] += c[0] * sg;
-          isum[1] += c[1] * sg;
-          isum[2] += c[2] * sg8;
-          isum[3] += c[3] * sg8;
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            if (j >= nt) break;  // uniform
+            int c[4];
+            const uint8_t* yq = xb[j] + b * kAct + 4 + 32 * gi;
+            mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
+            isum[j][0] += c[0] * sg;
+            isum[j][1] += c[1] * sg;
+            isum[j][2] += c[2] * sg8;
+            isum[j][3] += c[3] * sg8;
+          }
         }
         const float dg = h2f(ld16(wg + nblk * B + 2 * b)), dg8 = h2f(ld16(wg8 + nblk * B + 2 * b));
-        const float yda = *reinterpret_cast<const float*>(xa + b * kAct);
-        const float ydc = *reinterpret_cast<const float*>(xc + b * kAct);
-        acc[0] = acc[0] + (dg * yda) * static_cast<float>(isum[0]);
-        acc[1] = acc[1] + (dg * ydc) * static_cast<float>(isum[1]);
-        acc[2] = acc[2] + (dg8 * yda) * static_cast<float>(isum[2]);
-        acc[3] = acc[3] + (dg8 * ydc) * static_cast<float>(isum[3]);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          if (j >= nt) break;
+          const float yda = *reinterpret_cast<const float*>(xa[j] + b * kAct);
+          const float ydc = *reinterpret_cast<const float*>(xc[j] + b * kAct);
+          acc[j][0] = acc[j][0] + (dg * yda) * static_cast<float>(isum[j][0]);
+          acc[j][1] = acc[j][1] + (dg * ydc) * static_cast<float>(isum[j][1]);
+          acc[j][2] = acc[j][2] + (dg8 * yda) * static_cast<float>(isum[j][2]);
+          acc[j][3] = acc[j][3] + (dg8 * ydc) * static_cast<float>(isum[j][3]);
+        }
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) out[i] = 0.125f * acc[i];
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) out[j][i] = 0.125f * acc[j][i];
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t r = r0 + g + (i >= 2 ? 8 : 0);
-      const int k = k0 + 2 * t + (i & 1);
-      if (r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = out[i];
-    }
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t r = r0 + g + (i >= 2 ? 8 : 0);
+        const int k = k0 + 8 * j + 2 * t + (i & 1);
+        if (j < nt && r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = out[j][i];
+      }
   }
 }
 
