@@ -151,7 +151,7 @@ class CudaForward {
   struct Batch {
     DeviceArray<float> x, x_next, mix, pre, post, comb, sub_in, h, y, qr, q, kv_row, ck, cs, ik, is, iq, iw,
         attn, low, router_logits, probs, sel_w, gate, up, mid, down, sh_gate, sh_up, sh_mid, sh_down, head_pre, z,
-        logits, att, pooled;  // att: batched attention scores (grown on demand); pooled: compressor emissions
+        logits, att, iscores, pooled;  // att, iscores: attention and indexer scores (grown on demand)
     DeviceArray<int32_t> sel, order, cnt, list;
     DeviceArray<uint32_t> top_k;  // [token][indexer_top_k] selected compressed rows
     DeviceArray<uint8_t> act;

@@ -3,11 +3,10 @@
 // a chunk of tokens runs over the whole chunk (projections as multi-token matvecs, norms, SwiGLU,
 // routed experts grouped by expert), and so does the position-dependent work where each
 // position's result is fixed by values already known: the KV rows, the compressor pushes (the
-// frontier replayed in order in one launch), the attention (each token bounded by its position);
-// only the indexer's top-k past top_k compressed rows runs token by token. Every value is
-// computed in the same operation order as the decode step (matmat equals matvec bit for bit), so
-// logits and state are bit-identical to token-by-token evaluation for any chunking. Everything
-// runs on the main stream.
+// frontier replayed in order in one launch), the attention (each token bounded by its position),
+// the indexer's scores and top-k. Every value is computed in the same operation order as the
+// decode step (matmat equals matvec bit for bit), so logits and state are bit-identical to
+// token-by-token evaluation for any chunking. Everything runs on the main stream.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -267,9 +266,8 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
   int64_t max_rows = c_.n_swa;
   if (ratio) max_rows += std::min<int64_t>(ctx_ / ratio + 2, ratio == 4 ? c_.indexer_top_k : INT64_MAX);
   pmark(0);
-  // Position by position, in order: the KV rows (normed, rotated and rounded as the ring holds
-  // them, one launch), the compressor pushes and the indexer's top-k; then the attention of the
-  // whole chunk (window rows of this chunk read from kv_row, older ones from the ring, compressed
+  // The chunk's KV rows (normed, rotated and rounded as the ring holds them, one launch), its
+  // compressor pushes, the indexer's top-k; then the attention of the whole chunk (window rows of this chunk read from kv_row, older ones from the ring, compressed
   // rows bounded by each token's position), then the ring store of the chunk's rows.
   const int64_t K = c_.indexer_top_k;
   pop("loop: kv norm_rope (chunk)", [&] {
@@ -285,19 +283,25 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
       chunk_compress(b.ik.get(), b.is.get(), L.idx_comp_ape, L.idx_comp_norm, true, ratio, pos0, n, kv.index_kv,
                      kv.index_score, kv.index);
     });
-  int first_sel = n;  // the first token that attends to its top-k rows (ratio 4, past top_k rows)
-  for (int t = 0; t < n; ++t) {
-    const int64_t p = pos0 + t;
-    const int64_t* pos = positions_.get() + p;
-    if (ratio == 4 && (p + 1) / 4 > K) {
-      first_sel = std::min(first_sel, t);
-      float* iq = b.iq.get() + t * IQ;
-      const int64_t max_idx = ctx_ / 4 + 2;
-      pop("loop: indexer scores", [&] {
-        indexer_scores(iq, b.iw.get() + t * IH, IH, ID, kv.index.get(), pos, 4, max_idx, scores_.get());
+  // The indexer (ratio 4, tokens past top_k compressed rows: (p + 1) / 4 > K from token
+  // first_sel on): every token's scores against its rows, then its top-k, in launches of at most
+  // kAttScratchFloats score floats.
+  int first_sel = n;
+  if (ratio == 4) first_sel = static_cast<int>(std::clamp<int64_t>(4 * (K + 1) - 1 - pos0, 0, n));
+  if (first_sel < n) {
+    const int64_t max_idx = ctx_ / 4 + 2;
+    const int per_i = static_cast<int>(std::clamp<int64_t>(kAttScratchFloats / max_idx, 1, n - first_sel));
+    if (b.iscores.size() < static_cast<size_t>(per_i * max_idx))
+      b.iscores = DeviceArray<float>(static_cast<size_t>(per_i * max_idx), false);
+    for (int t0 = first_sel; t0 < n; t0 += per_i) {
+      const int m = std::min(per_i, n - t0);
+      pop("indexer scores (chunk)", [&] {
+        indexer_scores_batch(b.iq.get() + t0 * IQ, b.iw.get() + t0 * IH, IH, ID, kv.index.get(), pos_all + t0, 4,
+                             max_idx, b.iscores.get(), m);
       });
-      pop("loop: indexer top-k",
-          [&] { indexer_top_k(scores_.get(), pos, 4, max_idx, K, b.top_k.get() + t * K); });
+      pop("indexer top-k (chunk)", [&] {
+        indexer_top_k_batch(b.iscores.get(), pos_all + t0, 4, max_idx, K, b.top_k.get() + t0 * K, m);
+      });
     }
   }
   // Attention in launches of at most kAttScratchFloats score floats: tokens [0, first_sel) over

@@ -251,6 +251,17 @@ void indexer_scores(const float* q, const float* w, int n_head, int64_t dim, con
 void indexer_top_k(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows,
                    int64_t k, uint32_t* sel);
 
+/// indexer_scores of n_tok tokens of a prefill chunk in one launch: token t's queries at
+/// q + t*n_head*dim, head weights w + t*n_head, position pos[t], scores into scores + t*max_rows
+/// (scores holds n_tok * max_rows floats). Bit-identical to n_tok indexer_scores calls.
+void indexer_scores_batch(const float* q, const float* w, int n_head, int64_t dim, const float* rows,
+                          const int64_t* pos, uint32_t ratio, int64_t max_rows, float* scores, int n_tok);
+
+/// indexer_top_k of n_tok tokens in one launch (one block each): token t's scores at
+/// scores + t*max_rows and position pos[t], its k ids into sel + t*k.
+void indexer_top_k_batch(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows, int64_t k,
+                         uint32_t* sel, int n_tok);
+
 /// Sink attention (model::sink_attention) of q [n_head*dim] at position *pos over the raw window
 /// (the last min(pos + 1, n_swa) positions, ring `raw` of raw_cap rows) then the compressed rows
 /// of `comp` ((pos + 1) / ratio of them; none for ratio 0) or the n_sel rows listed in `sel`.

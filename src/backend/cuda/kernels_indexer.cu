@@ -190,11 +190,16 @@ __device__ float dot8_strided(const float* a, const float* b, int bs, int64_t n)
 // terms are summed in head order as model::indexer_scores does. The queries sit transposed in
 // shared memory ([dim][n_head]), so the lanes' reads of one query element are consecutive words
 // and the row's elements are one broadcast read per warp.
-__global__ void indexer_scores_kernel(const float* q, const float* w, int n_head, int64_t dim,
+// Token blockIdx.y of a batch: q, w, pos and scores advance by q_stride, n_head, 1, s_stride.
+__global__ void indexer_scores_kernel(const float* q, int64_t q_stride, const float* w, int n_head, int64_t dim,
                                       const float* rows, const int64_t* pos, uint32_t ratio,
-                                      float* scores) {
+                                      float* scores, int64_t s_stride) {
   pdl_wait();
   pdl_trigger();
+  q += blockIdx.y * q_stride;
+  w += blockIdx.y * static_cast<int64_t>(n_head);
+  pos += blockIdx.y;
+  scores += blockIdx.y * s_stride;
   extern __shared__ float qt[];
   for (int64_t k = threadIdx.x; k < n_head * dim; k += blockDim.x) qt[(k % dim) * n_head + k / dim] = q[k];
   __syncthreads();
@@ -256,9 +261,14 @@ __device__ int64_t block_exclusive_scan(int64_t v, int64_t* total) {
   return before;
 }
 
-__global__ void top_k_kernel(const float* s, const int64_t* pos, uint32_t ratio, int64_t k, uint32_t* sel) {
+// Token blockIdx.x of a batch: s, pos and sel advance by s_stride, 1 and k.
+__global__ void top_k_kernel(const float* s, int64_t s_stride, const int64_t* pos, uint32_t ratio, int64_t k,
+                             uint32_t* sel) {
   pdl_wait();
   pdl_trigger();
+  s += blockIdx.x * s_stride;
+  pos += blockIdx.x;
+  sel += blockIdx.x * k;
   __shared__ uint32_t hist[256];
   __shared__ uint32_t s_prefix;
   __shared__ int64_t s_remaining;
@@ -356,14 +366,31 @@ void indexer_scores(const float* q, const float* w, int n_head, int64_t dim, con
   const size_t smem = static_cast<size_t>(n_head) * dim * sizeof(float);
   allow_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_kernel), smem);
   const int64_t blocks = (max_rows + 7) / 8;  // 8 warps (rows) per block at most
-  launch_k(indexer_scores_kernel, static_cast<unsigned>(std::min<int64_t>(blocks, 264)), kThreads, smem, 
-      q, w, n_head, dim, rows, pos, ratio, scores);
+  launch_k(indexer_scores_kernel, static_cast<unsigned>(std::min<int64_t>(blocks, 264)), kThreads, smem, q, int64_t{0},
+           w, n_head, dim, rows, pos, ratio, scores, int64_t{0});
+}
+
+void indexer_scores_batch(const float* q, const float* w, int n_head, int64_t dim, const float* rows,
+                          const int64_t* pos, uint32_t ratio, int64_t max_rows, float* scores, int n_tok) {
+  if (n_tok <= 0) return;
+  const size_t smem = static_cast<size_t>(n_head) * dim * sizeof(float);
+  allow_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_kernel), smem);
+  // About two waves of blocks over all the tokens (each block transposes its token's queries).
+  const int64_t per_tok = std::max<int64_t>(1, std::min<int64_t>((max_rows + 7) / 8, 528 / n_tok));
+  launch_k(indexer_scores_kernel, dim3(static_cast<unsigned>(per_tok), static_cast<unsigned>(n_tok)), kThreads, smem,
+           q, static_cast<int64_t>(n_head) * dim, w, n_head, dim, rows, pos, ratio, scores, max_rows);
 }
 
 void indexer_top_k(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows, int64_t k,
                    uint32_t* sel) {
   (void)max_rows;
-  launch_k(top_k_kernel, 1, kTopKThreads, 0, scores, pos, ratio, k, sel);
+  launch_k(top_k_kernel, 1, kTopKThreads, 0, scores, int64_t{0}, pos, ratio, k, sel);
+}
+
+void indexer_top_k_batch(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows, int64_t k,
+                         uint32_t* sel, int n_tok) {
+  if (n_tok <= 0) return;
+  launch_k(top_k_kernel, static_cast<unsigned>(n_tok), kTopKThreads, 0, scores, max_rows, pos, ratio, k, sel);
 }
 
 }  // namespace ds4::cuda
