@@ -165,6 +165,20 @@ __device__ int q8_part(Blk b, const uint8_t* xq, int part) {
   return isum;
 }
 
+// One IQ2_XXS signed 4-value word: values 8e + 4h .. +3 of a 32-value group whose 8 bytes are
+// aw0 (grid indices) and aw1 (signs, scale). ksigns_iq2xs[s] = s | parity(s) << 7 (an even
+// number of minus signs per 8 values) is computed, not looked up, to spare the shared-memory
+// pipe; m01 has byte 1 where a value is negated, and as grid bytes are 8..43, (g ^ 0xff) + 1 = -g
+// per byte never carries into the next byte.
+__device__ __forceinline__ int iq2_word(uint32_t aw0, uint32_t aw1, int e, int h, const Tables& tab) {
+  const uint64_t grid = tab.grid[(aw0 >> (8 * e)) & 0xff];
+  const uint32_t s7 = (aw1 >> (7 * e)) & 127;
+  const uint32_t signs = s7 | ((__popc(s7) & 1u) << 7);
+  const uint32_t m01 = (((signs >> (4 * h)) & 15) * 0x00204081u) & 0x01010101u;
+  const uint32_t gw = static_cast<uint32_t>(grid >> (32 * h));
+  return static_cast<int>((gw ^ (m01 * 0xffu)) + m01);
+}
+
 // K-quant / IQ2_XXS integer parts of one block: lane `part` of 8. `isum` is the scaled code
 // dot, `summs` the min correction (Q2_K/Q4_K).
 template <uint32_t T>
@@ -205,20 +219,8 @@ __device__ void k_part(Blk b, const uint8_t* yb, int part, const Tables& tab, in
     const uint2 a = *reinterpret_cast<const uint2*>(b.q + 8 * part);  // split payload
     const uint32_t a0 = a.x, a1 = a.y;
     int sumi = 0;
-    for (int g = 0; g < 4; ++g) {
-      const uint64_t grid = tab.grid[(a0 >> (8 * g)) & 0xff];
-      // ksigns_iq2xs[s] = s | parity(s) << 7 (an even number of minus signs per 8 values):
-      // computed, not looked up, to spare the shared-memory pipe the matvec is bound by.
-      const uint32_t s7 = (a1 >> (7 * g)) & 127;
-      const uint32_t signs = s7 | ((__popc(s7) & 1u) << 7);
-      for (int h = 0; h < 2; ++h) {
-        const uint32_t m4 = (signs >> (4 * h)) & 15;
-        const uint32_t mask = ((m4 * 0x00204081u) & 0x01010101u) * 0xffu;
-        const uint32_t gw = static_cast<uint32_t>(grid >> (32 * h));
-        const int val = static_cast<int>(__vsub4(gw ^ mask, mask));
-        sumi = __dp4a(val, ld32(yq + 32 * part + 8 * g + 4 * h), sumi);
-      }
-    }
+    for (int g = 0; g < 4; ++g)
+      for (int h = 0; h < 2; ++h) sumi = __dp4a(iq2_word(a0, a1, g, h, tab), ld32(yq + 32 * part + 8 * g + 4 * h), sumi);
     isum = sumi * static_cast<int>(2 * (a1 >> 28) + 1);
     summs = 0;
   }
@@ -760,20 +762,9 @@ __global__ void __launch_bounds__(kDirWarps * 32, 4) matvec_iq2_direct_kernel(Ma
         const uint32_t a0 = q[k].x, a1 = q[k].y;
         int sumi = 0;
 #pragma unroll
-        for (int gi = 0; gi < 4; ++gi) {
-          const uint64_t grid = tab.grid[(a0 >> (8 * gi)) & 0xff];
-          const uint32_t s7 = (a1 >> (7 * gi)) & 127;
-          const uint32_t signs = s7 | ((__popc(s7) & 1u) << 7);  // ksigns_iq2xs by its parity rule
+        for (int gi = 0; gi < 4; ++gi)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            // m01 has byte 1 where the value is negated; grid bytes are 8..43, so
-            // (g ^ 0xff) + 1 = -g per byte and never carries into the next byte.
-            const uint32_t m01 = (((signs >> (4 * h)) & 15) * 0x00204081u) & 0x01010101u;
-            const uint32_t gw = static_cast<uint32_t>(grid >> (32 * h));
-            const int val = static_cast<int>((gw ^ (m01 * 0xffu)) + m01);
-            sumi = __dp4a(val, ys[2 * gi + h], sumi);
-          }
-        }
+          for (int h = 0; h < 2; ++h) sumi = __dp4a(iq2_word(a0, a1, gi, h, tab), ys[2 * gi + h], sumi);
         isum = sumi * static_cast<int>(2 * (a1 >> 28) + 1);
       }
       for (int off = 1; off < 8; off <<= 1) isum += __shfl_xor_sync(kFull, isum, off);
@@ -1317,17 +1308,6 @@ template <uint32_t T>
 __host__ __device__ constexpr int payload_bytes() {
   if constexpr (Split<T>::kOn) return Split<T>::kBulk;
   else return Fmt<T>::kBytes;
-}
-
-// One IQ2_XXS signed 4-value word (values 8e + 4h .. +3 of a 32-value group whose 8 bytes are
-// aw0 (grid indices) and aw1 (signs, scale)): the grid half with its signs applied, as k_part.
-__device__ __forceinline__ int iq2_word(uint32_t aw0, uint32_t aw1, int e, int h, const Tables& tab) {
-  const uint64_t grid = tab.grid[(aw0 >> (8 * e)) & 0xff];
-  const uint32_t s7 = (aw1 >> (7 * e)) & 127;
-  const uint32_t signs = s7 | ((__popc(s7) & 1u) << 7);
-  const uint32_t m01 = (((signs >> (4 * h)) & 15) * 0x00204081u) & 0x01010101u;
-  const uint32_t gw = static_cast<uint32_t>(grid >> (32 * h));
-  return static_cast<int>((gw ^ (m01 * 0xffu)) + m01);  // grid bytes 8..43: no carry between bytes
 }
 
 // T = Q8_0 (Q8_0 activations), IQ2_XXS (Q8_K activations; one MMA per 32-value group, the
