@@ -1289,7 +1289,9 @@ __global__ void __launch_bounds__(kCfWarps * 32) matmat_class_float_kernel(Matma
 // kMqWarps x 8 tokens at a time (expert lists: 16 rows per warp). Weights are split rows
 // (weight_layout.cuh), 4-byte aligned.
 constexpr int kMqWarps = 4;
-constexpr int kMqTiles = 4;  // token tiles of 8 per pass for the K-quants and IQ2_XXS
+// IQ2_XXS token tiles of 8 per pass (session 7, 512-token chunks at 2K: gate/up 1475 -> 1040 us per
+// call at 2 tiles, 1590 at 4 (116 registers); Q2_K down 1284 -> 1673 at 2, so the K-quants keep 1).
+constexpr int kMqTiles = 2;
 
 __device__ __forceinline__ void mma_s8_16x8x32(const int (&a)[4], int b0, int b1, int (&c)[4]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -1346,11 +1348,11 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
   auto xrow = [&](int64_t e) {
     return a.act + static_cast<size_t>((e / a.in_div) * a.in_mul + grp * a.in_gmul) * a.act_stride;
   };
-  // NT token tiles of 8 per pass: the K-quants' and IQ2_XXS's weight fragments are decoded once
-  // per block part and fed to NT MMAs (tiles past n are skipped, uniformly per warp).
-  constexpr int NT = T == kQ8_0 ? 1 : kMqTiles;
+  // NT token tiles of 8 per pass: IQ2_XXS weight fragments are decoded once per group and fed to
+  // NT MMAs (tiles past n are skipped, uniformly per warp).
+  constexpr int NT = T == kIQ2_XXS ? kMqTiles : 1;
   for (int k0 = own_rows ? 0 : warp * 8 * NT; k0 < n; k0 += own_rows ? 8 * NT : kMqWarps * 8 * NT) {
-    const int nt = (n - k0 + 7) / 8 < NT ? (n - k0 + 7) / 8 : NT;
+    const int nt = NT == 1 ? 1 : (n - k0 + 7) / 8 < NT ? (n - k0 + 7) / 8 : NT;
     // Tile j: this lane's B token (g) and its output tokens (2t, 2t+1); tokens past n read token k0.
     const uint8_t* xb[NT];
     const uint8_t* xa[NT];
@@ -1395,17 +1397,13 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
       // fit int8, so one MMA gives sum_j sc_j * sum q y for both); Q4_K part j = sub-block j
       // (codes 0..15, one MMA, then the 6-bit scale in integers). The min term is the scalar
       // dot of the activation's bsums with the mins, as k_part.
-      float acc[NT][4];
-#pragma unroll
-      for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (int64_t b = 0; b < nblk; ++b) {
         const uint8_t* bg = wg + b * Fmt<T>::kBytes;
         const uint8_t* bg8 = wg8 + b * Fmt<T>::kBytes;
-        int isum[NT][4], summs[NT][4];
-#pragma unroll
-        for (int j = 0; j < NT; ++j)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) isum[j][i] = summs[j][i] = 0;
+        const uint8_t* ya = xa[0] + b * kAct;
+        const uint8_t* yc = xc[0] + b * kAct;
+        int isum[4] = {0, 0, 0, 0}, summs[4] = {0, 0, 0, 0};
 #pragma unroll
         for (int part = 0; part < 8; ++part) {
           int av[4];
@@ -1424,88 +1422,62 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
             av[2] = (ld32(bg + off + 16) >> shift) & 0x0f0f0f0f;
             av[3] = (ld32(bg8 + off + 16) >> shift) & 0x0f0f0f0f;
           }
-          int sg = 1, sg8 = 1;
-          if constexpr (T == kQ4_K) {  // the sub-block's 6-bit scale (k_part's unpacking)
+          int c[4];
+          const uint8_t* yq = xb[0] + b * kAct + 4 + 32 * part;
+          mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
+          if constexpr (T == kQ2_K) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) isum[i] += c[i];
+          } else {  // the sub-block's 6-bit scale (k_part's unpacking)
             auto sc_of = [&](const uint8_t* blk) {
               const uint8_t* sc = blk + 4;
               return part < 4 ? (sc[part] & 63) : ((sc[part + 4] & 15) | ((sc[part - 4] >> 6) << 4));
             };
-            sg = sc_of(bg);
-            sg8 = sc_of(bg8);
-          }
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            if (j >= nt) break;  // uniform
-            int c[4];
-            const uint8_t* yq = xb[j] + b * kAct + 4 + 32 * part;
-            mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
-            if constexpr (T == kQ2_K) {
-#pragma unroll
-              for (int i = 0; i < 4; ++i) isum[j][i] += c[i];
-            } else {
-              isum[j][0] += sg * c[0];
-              isum[j][1] += sg * c[1];
-              isum[j][2] += sg8 * c[2];
-              isum[j][3] += sg8 * c[3];
-            }
+            const int sg = sc_of(bg), sg8 = sc_of(bg8);
+            isum[0] += sg * c[0];
+            isum[1] += sg * c[1];
+            isum[2] += sg8 * c[2];
+            isum[3] += sg8 * c[3];
           }
         }
         // Min corrections: Q2_K sum_j bsums_j * (sc_j >> 4) over 16 sub-blocks; Q4_K
-        // sum_j mn_j * (bsums_2j + bsums_2j+1) over 8 (integers: any order).
+        // sum_j mn_j * (bsums_2j + bsums_2j+1) over 8.
+        const auto* bsa = reinterpret_cast<const int16_t*>(ya + 260);
+        const auto* bsc = reinterpret_cast<const int16_t*>(yc + 260);
         if constexpr (T == kQ2_K) {
-          for (int q = 0; q < 16; ++q) {
-            const int m = bg[q] >> 4, m8 = bg8[q] >> 4;
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-              if (j >= nt) break;
-              const int ya = reinterpret_cast<const int16_t*>(xa[j] + b * kAct + 260)[q];
-              const int yc = reinterpret_cast<const int16_t*>(xc[j] + b * kAct + 260)[q];
-              summs[j][0] += ya * m;
-              summs[j][1] += yc * m;
-              summs[j][2] += ya * m8;
-              summs[j][3] += yc * m8;
-            }
+          for (int j = 0; j < 16; ++j) {
+            const int m = bg[j] >> 4, m8 = bg8[j] >> 4;
+            summs[0] += bsa[j] * m;
+            summs[1] += bsc[j] * m;
+            summs[2] += bsa[j] * m8;
+            summs[3] += bsc[j] * m8;
           }
         } else {
-          for (int q = 0; q < 8; ++q) {
+          for (int j = 0; j < 8; ++j) {
             auto mn_of = [&](const uint8_t* blk) {
               const uint8_t* sc = blk + 4;
-              return q < 4 ? (sc[q + 4] & 63) : ((sc[q + 4] >> 4) | ((sc[q] >> 6) << 4));
+              return j < 4 ? (sc[j + 4] & 63) : ((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
             };
             const int m = mn_of(bg), m8 = mn_of(bg8);
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-              if (j >= nt) break;
-              const auto* bsa = reinterpret_cast<const int16_t*>(xa[j] + b * kAct + 260);
-              const auto* bsc = reinterpret_cast<const int16_t*>(xc[j] + b * kAct + 260);
-              const int ya = bsa[2 * q] + bsa[2 * q + 1], yc = bsc[2 * q] + bsc[2 * q + 1];
-              summs[j][0] += m * ya;
-              summs[j][1] += m * yc;
-              summs[j][2] += m8 * ya;
-              summs[j][3] += m8 * yc;
-            }
+            summs[0] += m * (bsa[2 * j] + bsa[2 * j + 1]);
+            summs[1] += m * (bsc[2 * j] + bsc[2 * j + 1]);
+            summs[2] += m8 * (bsa[2 * j] + bsa[2 * j + 1]);
+            summs[3] += m8 * (bsc[2 * j] + bsc[2 * j + 1]);
           }
         }
         const int off = T == kQ2_K ? 80 : 0;  // d, dmin
+        const float yda = *reinterpret_cast<const float*>(ya), ydc = *reinterpret_cast<const float*>(yc);
         const float wd[2] = {h2f(ld16(bg + off)), h2f(ld16(bg8 + off))};
         const float wm[2] = {h2f(ld16(bg + off + 2)), h2f(ld16(bg8 + off + 2))};
 #pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          if (j >= nt) break;
-          const float yda = *reinterpret_cast<const float*>(xa[j] + b * kAct);
-          const float ydc = *reinterpret_cast<const float*>(xc[j] + b * kAct);
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float yd = (i & 1) ? ydc : yda;
-            const float dall = yd * wd[i >> 1], dmin = yd * wm[i >> 1];
-            acc[j][i] = acc[j][i] + (dall * static_cast<float>(isum[j][i]) - dmin * static_cast<float>(summs[j][i]));
-          }
+        for (int i = 0; i < 4; ++i) {
+          const float yd = (i & 1) ? ydc : yda;
+          const float dall = yd * wd[i >> 1], dmin = yd * wm[i >> 1];
+          acc[i] = acc[i] + (dall * static_cast<float>(isum[i]) - dmin * static_cast<float>(summs[i]));
         }
       }
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) out[j][i] = acc[j][i];
+      for (int i = 0; i < 4; ++i) out[0][i] = acc[i];
     } else {  // IQ2_XXS
       float acc[NT][4];
 #pragma unroll
