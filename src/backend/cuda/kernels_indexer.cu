@@ -39,37 +39,44 @@ __global__ void compressor_store_kernel(const float* kv, const float* score, con
   state_score[state_row * width + j] = score[j] + a[j];
 }
 
-// model::compressor_pool of column j of a full frontier.
-__device__ float pool_value(const float* kv, const float* sc, uint32_t ratio, int64_t d, int64_t j) {
-  const int64_t width = (ratio == 4 ? 2 : 1) * d;
+// model::compressor_pool of column j, frontier row r's values read through kvf(r, c), scf(r, c)
+// (ratio 4: rows 0..3 the previous group at column c = j, rows 4..7 the current one at d + j).
+template <class KvF, class ScF>
+__device__ float pool_frontier(uint32_t ratio, int64_t d, int64_t j, KvF kvf, ScF scf) {
   constexpr float kEmpty = -1.0e30f;
   constexpr float kAllEmpty = kEmpty * 0.5f;
   float max_score = kEmpty, denom = 0.0f, sum = 0.0f;
   if (ratio == 4) {
     for (int r = 0; r < 4; ++r) {
-      max_score = fmaxf(max_score, sc[r * width + j]);
-      max_score = fmaxf(max_score, sc[(4 + r) * width + d + j]);
+      max_score = fmaxf(max_score, scf(r, j));
+      max_score = fmaxf(max_score, scf(4 + r, d + j));
     }
     if (max_score <= kAllEmpty) return 0.0f;
     for (int r = 0; r < 4; ++r) {
-      const int64_t ip = r * width + j;
-      const int64_t ic = (4 + r) * width + d + j;
-      const float wp = exp_f(sc[ip] - max_score);
-      const float wc = exp_f(sc[ic] - max_score);
+      const float wp = exp_f(scf(r, j) - max_score);
+      const float wc = exp_f(scf(4 + r, d + j) - max_score);
       denom += wp + wc;
-      sum += wp * kv[ip];
-      sum += wc * kv[ic];
+      sum += wp * kvf(r, j);
+      sum += wc * kvf(4 + r, d + j);
     }
   } else {
-    for (uint32_t r = 0; r < ratio; ++r) max_score = fmaxf(max_score, sc[r * width + j]);
+    for (uint32_t r = 0; r < ratio; ++r) max_score = fmaxf(max_score, scf(r, j));
     if (max_score <= kAllEmpty) return 0.0f;
     for (uint32_t r = 0; r < ratio; ++r) {
-      const float w = exp_f(sc[r * width + j] - max_score);
+      const float w = exp_f(scf(r, j) - max_score);
       denom += w;
-      sum += w * kv[r * width + j];
+      sum += w * kvf(r, j);
     }
   }
   return denom > 0.0f ? sum / denom : 0.0f;
+}
+
+// model::compressor_pool of column j of the frontier held in state rows kv, sc [rows][width].
+__device__ float pool_value(const float* kv, const float* sc, uint32_t ratio, int64_t d, int64_t j) {
+  const int64_t width = (ratio == 4 ? 2 : 1) * d;
+  return pool_frontier(
+      ratio, d, j, [&](int64_t r, int64_t c) { return kv[r * width + c]; },
+      [&](int64_t r, int64_t c) { return sc[r * width + c]; });
 }
 
 constexpr int kMaxQatDim = 1024;  // indexer rows up to this size are quantized in shared memory
@@ -128,38 +135,81 @@ __global__ void compressor_emit_kernel(float* kv, float* sc, uint32_t ratio, int
   }
 }
 
-// A prefill chunk's compressor pushes, the frontier part: thread j replays the n_tok tokens in
-// order on columns j (and d + j for ratio 4: the columns its pooling reads), as
-// compressor_store_kernel then compressor_emit_kernel would, writing the pooled value of
-// emission e (the chunk's e-th position with (p + 1) % ratio == 0) to pooled[e * d + j].
-__global__ void compressor_chunk_kernel(const float* kv_in, const float* score_in, const float* ape, int64_t d,
-                                        uint32_t ratio, const int64_t* pos, int n_tok, float* kv, float* sc,
-                                        float* pooled) {
+// A prefill chunk's compressor pushes (positions pos0 .. pos0 + n_tok - 1), computed directly
+// instead of replayed token by token: the frontier row of any position q is its chunk input
+// (kv_in, and score_in + ape as compressor_store_kernel adds them) when q >= pos0, else the
+// state row holding it at the chunk's start (ratio 4: the group in progress in rows 4 + q % 4,
+// the group before it, already shifted, in rows q % 4; ratio 128: row q % 128).
+struct ChunkFrontier {
+  const float *kv_in, *score_in, *ape, *state_kv, *state_sc;
+  int64_t width, pos0;
+  uint32_t ratio;
+
+  __device__ int64_t state_row(int64_t q) const {
+    const int64_t g = ratio;
+    const int64_t m = ((q % g) + g) % g;  // q may be negative: the initial empty group
+    if (ratio != 4) return m;
+    const int64_t gq = (q - m) / g, g0 = pos0 >= 0 ? pos0 / g : 0;
+    return gq == g0 ? 4 + m : m;
+  }
+  __device__ float kv(int64_t q, int64_t c) const {
+    return q >= pos0 ? kv_in[(q - pos0) * width + c] : state_kv[state_row(q) * width + c];
+  }
+  __device__ float sc(int64_t q, int64_t c) const {
+    const int64_t m = ((q % ratio) + ratio) % ratio;
+    return q >= pos0 ? score_in[(q - pos0) * width + c] + ape[m * width + c] : state_sc[state_row(q) * width + c];
+  }
+};
+
+// Emission blockIdx.y (position p, the chunk's e-th with (p + 1) % ratio == 0), column j: its
+// pooled value into pooled[e * d + j]. Frontier row r holds position p - (rows - 1) + r
+// (rows = 8 for ratio 4, ratio otherwise).
+__global__ void compressor_chunk_pool_kernel(ChunkFrontier f, int64_t d, float* pooled) {
   pdl_wait();
   pdl_trigger();
   const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (j >= d) return;
-  const int n_cols = ratio == 4 ? 2 : 1;
-  const int64_t width = n_cols * d;
-  int e = 0;
-  for (int t = 0; t < n_tok; ++t) {
-    const int64_t p = pos[t];
-    const int64_t srow = ratio == 4 ? 4 + p % 4 : p % ratio;
-    const float* a = ape + (p % ratio) * width;
-    for (int k = 0; k < n_cols; ++k) {
-      const int64_t c = j + k * d;
-      kv[srow * width + c] = kv_in[t * width + c];
-      sc[srow * width + c] = score_in[t * width + c] + a[c];
+  const int64_t p = (f.pos0 / f.ratio + blockIdx.y + 1) * f.ratio - 1;
+  const int64_t first = p - ((f.ratio == 4 ? 8 : f.ratio) - 1);
+  pooled[blockIdx.y * d + j] = pool_frontier(
+      f.ratio, d, j, [&](int64_t r, int64_t c) { return f.kv(first + r, c); },
+      [&](int64_t r, int64_t c) { return f.sc(first + r, c); });
+}
+
+// The state after the chunk, column c of [0, width): store row s holds the chunk's last position
+// q with q % ratio == s (ratio 4: rows 4 + s), unchanged if none; for ratio 4, rows 0..3 hold the
+// group of the chunk's last emission, unchanged if it had none. Every value is read before any
+// is written (a column's rows are this thread's alone).
+__global__ void compressor_chunk_state_kernel(ChunkFrontier f, int n_tok, float* state_kv, float* state_sc) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= f.width) return;
+  const int64_t last = f.pos0 + n_tok - 1;
+  const int64_t g = f.ratio;
+  if (g == 4) {
+    const int64_t ge = (last + 1) / 4 - 1;  // the last emitted group, if it ends in the chunk
+    const bool emitted = 4 * ge + 3 >= f.pos0;
+    float k[8], s[8];
+    for (int r = 0; r < 4; ++r) {
+      const int64_t qe = 4 * ge + r;
+      k[r] = emitted ? f.kv(qe, c) : state_kv[r * f.width + c];
+      s[r] = emitted ? f.sc(qe, c) : state_sc[r * f.width + c];
+      const int64_t q = last - ((last - r) % 4 + 4) % 4;  // the last position with q % 4 == r
+      k[4 + r] = q >= f.pos0 ? f.kv(q, c) : state_kv[(4 + r) * f.width + c];
+      s[4 + r] = q >= f.pos0 ? f.sc(q, c) : state_sc[(4 + r) * f.width + c];
     }
-    if ((p + 1) % ratio != 0) continue;
-    pooled[e++ * d + j] = pool_value(kv, sc, ratio, d, j);
-    if (ratio == 4)
-      for (int r = 0; r < 4; ++r)
-        for (int k = 0; k < n_cols; ++k) {
-          const int64_t c = j + k * d;
-          kv[r * width + c] = kv[(4 + r) * width + c];
-          sc[r * width + c] = sc[(4 + r) * width + c];
-        }
+    for (int r = 0; r < 8; ++r) {
+      state_kv[r * f.width + c] = k[r];
+      state_sc[r * f.width + c] = s[r];
+    }
+  } else {
+    for (int64_t r = 0; r < g; ++r) {
+      const int64_t q = last - ((last - r) % g + g) % g;
+      if (q < f.pos0) continue;  // reads only chunk inputs, so writing in place is safe
+      state_kv[r * f.width + c] = f.kv(q, c);
+      state_sc[r * f.width + c] = f.sc(q, c);
+    }
   }
 }
 
@@ -348,9 +398,13 @@ void compressor_chunk(const float* kv, const float* score, const float* ape, int
                       const float* norm, float eps, const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,
                       float* pooled, float* rows) {
   if (n_tok <= 0) return;
-  launch_k(compressor_chunk_kernel, blocks_for(d), kThreads, 0, kv, score, ape, d, ratio, pos, n_tok, state_kv,
-           state_score, pooled);
+  const int64_t width = (ratio == 4 ? 2 : 1) * d;
+  const ChunkFrontier f{kv, score, ape, state_kv, state_score, width, pos0, ratio};
   const int64_t n_emit = (pos0 + n_tok) / ratio - pos0 / ratio;
+  if (n_emit > 0)
+    launch_k(compressor_chunk_pool_kernel, dim3(blocks_for(d), static_cast<unsigned>(n_emit)), kThreads, 0, f, d,
+             pooled);
+  launch_k(compressor_chunk_state_kernel, blocks_for(width), kThreads, 0, f, n_tok, state_kv, state_score);
   if (n_emit > 0)
     launch_k(compressor_chunk_finish_kernel, static_cast<unsigned>(n_emit), kThreads, 0, pooled, d, ratio, norm, eps,
              rope_table, n_pair, indexer, n_fp8, pos, rows);
