@@ -134,6 +134,48 @@ TEST_F(CudaKernels, HcNormMatvecEqualsNormThenVecDot) {
   }
   // Types it does not handle are declined, not computed.
   EXPECT_FALSE(cuda::hc_norm_matvec(static_cast<uint32_t>(GgmlType::Q8_0), nullptr, 34, 1, 32, nullptr, 1e-6f, nullptr));
+  EXPECT_FALSE(cuda::hc_norm_matvec_batch(static_cast<uint32_t>(GgmlType::Q8_0), nullptr, 34, 1, 32, nullptr, 1e-6f,
+                                          nullptr, nullptr, 2));
+}
+
+// The batched form (a prefill chunk's tokens, several per block) against the same CPU reference
+// per token: 6 tokens (one block of 4 and a partial one), 24 rows and an odd row count whose last
+// half-warp is padding.
+TEST_F(CudaKernels, HcNormMatvecBatchEqualsPerTokenReference) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t cols = 4096;
+  const int n_tok = 6;
+  std::vector<float> x(static_cast<size_t>(cols) * n_tok);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (1.0f + static_cast<float>(i / cols)) * nd(rng);
+  for (const int64_t rows : {int64_t{24}, int64_t{7}}) {
+    for (const GgmlType type : {GgmlType::F16, GgmlType::F32}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows, type " + std::to_string(static_cast<int>(type)));
+      const size_t rb = static_cast<size_t>(cols) * (type == GgmlType::F32 ? 4 : 2);
+      std::vector<uint8_t> w(rb * rows);
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        const float v = 0.05f * nd(rng);
+        if (type == GgmlType::F32) reinterpret_cast<float*>(w.data())[i] = v;
+        else reinterpret_cast<uint16_t*>(w.data())[i] = f32_to_f16(v);
+      }
+      std::vector<float> want(static_cast<size_t>(rows) * n_tok), flat(static_cast<size_t>(cols));
+      for (int t = 0; t < n_tok; ++t) {
+        model::rms_norm_unweighted({&x[static_cast<size_t>(t * cols)], static_cast<size_t>(cols)}, flat);
+        for (int64_t r = 0; r < rows; ++r)
+          want[static_cast<size_t>(t * rows + r)] = quant::vec_dot(type, &w[r * rb], flat.data(), cols);
+      }
+      cuda::DeviceArray<uint8_t> dw(w.size());
+      dw.upload(w.data(), w.size());
+      cuda::DeviceArray<float> dx(x.size()), dy(want.size()), ds(static_cast<size_t>(n_tok));
+      dx.upload(x.data(), x.size());
+      ASSERT_TRUE(cuda::hc_norm_matvec_batch(static_cast<uint32_t>(type), dw.get(), rb, rows, cols, dx.get(),
+                                             model::kRmsEps, ds.get(), dy.get(), n_tok));
+      cuda::check(cudaDeviceSynchronize(), "hc_norm_matvec_batch");
+      std::vector<float> got(want.size());
+      dy.download(got.data(), got.size());
+      EXPECT_EQ(got, want);
+    }
+  }
 }
 
 // The grouped matvec against quant::matvec (the CPU reference, bit for bit) for every weight

@@ -149,7 +149,7 @@ class CudaForward {
 
   // Layer-major prefill (cuda_prefill.cpp): scratch for up to batch_tokens_ tokens, [token][...].
   struct Batch {
-    DeviceArray<float> x, x_next, mix, pre, post, comb, sub_in, h, y, qr, q, kv_row, ck, cs, ik, is, iq, iw,
+    DeviceArray<float> x, x_next, mix, hc_scale, pre, post, comb, sub_in, h, y, qr, q, kv_row, ck, cs, ik, is, iq, iw,
         attn, low, router_logits, probs, sel_w, gate, up, mid, down, sh_gate, sh_up, sh_mid, sh_down, head_pre, z,
         logits, att, iscores, pooled;  // att, iscores: attention and indexer scores (grown on demand)
     DeviceArray<int32_t> sel, order, cnt, list;

@@ -2,11 +2,11 @@
 // design of the CPU forward (backend/cpu/forward.cpp): per layer, the token-independent work of
 // a chunk of tokens runs over the whole chunk (projections as multi-token matvecs, norms, SwiGLU,
 // routed experts grouped by expert), and so does the position-dependent work where each
-// position's result is fixed by values already known: the KV rows, the compressor pushes (the
-// frontier replayed in order in one launch), the attention (each token bounded by its position),
-// the indexer's scores and top-k. Every value is computed in the same operation order as the
-// decode step (matmat equals matvec bit for bit), so logits and state are bit-identical to
-// token-by-token evaluation for any chunking. Everything runs on the main stream.
+// position's result is fixed by values already known: the KV rows, the compressor pushes (each
+// emission pooled from the chunk's rows and the state at its start), the attention (each token
+// bounded by its position), the indexer's scores and top-k. Every value is computed in the same
+// operation order as the decode step (matmat equals matvec bit for bit), so logits and state are
+// bit-identical to token-by-token evaluation for any chunking. Everything runs on the main stream.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -62,6 +62,7 @@ void each_batch_array(B& b, const model::Config& c, uint64_t max_act_bytes, size
   f(b.x, t * hc);
   f(b.x_next, t * hc);
   f(b.mix, t * c.hc_mix());
+  f(b.hc_scale, t);
   f(b.pre, t * nh);
   f(b.post, t * nh);
   f(b.comb, t * nh * nh);
@@ -114,7 +115,7 @@ uint64_t CudaForward::batch_scratch_bytes(const model::Config& c, uint64_t max_a
   each_batch_array(none, c, max_act_bytes, static_cast<size_t>(std::max(batch_tokens, 1)), [&](auto& arr, size_t n) {
     bytes += n * sizeof(*arr.get());
   });
-  return bytes + kAttScratchFloats * sizeof(float);  // + the batched attention's scores, at most
+  return bytes + 2 * kAttScratchFloats * sizeof(float);  // + the attention's and indexer's scores, at most
 }
 
 void CudaForward::eval_batched(std::span<const int32_t> tokens, int64_t pos0, std::span<float> last_logits,
@@ -220,7 +221,9 @@ void CudaForward::batch_hc_pre(int n, const DevMatrix& fn, const DeviceArray<flo
 
 void CudaForward::batch_hc_norm_mv(const DevMatrix& fn, const float* x, int n, float* out) {
   const int64_t hc = static_cast<int64_t>(c_.hc_dim());
-  if (hc_norm_matvec(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x, c_.rms_eps, out, n)) return;
+  if (hc_norm_matvec_batch(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x, c_.rms_eps,
+                           batch_->hc_scale.get(), out, n))
+    return;
   for (int t = 0; t < n; ++t) hc_norm_mv(fn, x + t * hc, out + t * fn.rows);  // the decode step's fallback
 }
 

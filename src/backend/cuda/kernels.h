@@ -163,7 +163,14 @@ void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_
 /// matvec), one launch. Returns false (nothing launched) for other types, unaligned pointers or
 /// rows too long for shared memory; the caller then uses rms_norm + matvec.
 bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
-                    const float* x, float eps, float* y, int n_tok = 1);
+                    const float* x, float eps, float* y);
+
+/// hc_norm_matvec of n_tok tokens (x [n_tok][cols] -> y [n_tok][rows]), bit-identical to n_tok
+/// single calls, in two launches: each token's rms scale into scales [n_tok] (device scratch),
+/// then every (row, lane chain) of kChainTokens tokens per block. Returns false (nothing
+/// launched) where hc_norm_matvec would, or for more than 64 rows.
+bool hc_norm_matvec_batch(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                          const float* x, float eps, float* scales, float* y, int n_tok);
 
 /// HC post (model::hc_post): out [n_hc*d] from y [d], x [n_hc*d], post, comb.
 void hc_post(const float* y, const float* x, const float* post, const float* comb, int n_hc,
@@ -218,10 +225,10 @@ void compressor_emit(float* state_kv, float* state_score, uint32_t ratio, int64_
 
 /// The compressor pushes of a prefill chunk's n_tok consecutive positions pos[0] = pos0 .. (rows
 /// kv/score [n_tok][width], width = (ratio == 4 ? 2 : 1) * d): as n_tok compressor_store +
-/// compressor_emit pairs, bit for bit (frontier state included), in two launches: the frontier
-/// replayed per column pair with the pooled values of the chunk's emissions into pooled
-/// [(n_tok / ratio + 1) * d], then one block per emission for the norm, RoPE, quantization and
-/// the row store.
+/// compressor_emit pairs, bit for bit (frontier state included), in three launches: the pooled
+/// values of the chunk's emissions into pooled [(n_tok / ratio + 1) * d] (each emission's frontier
+/// read from the chunk's rows or the state at its start), the state after the chunk, then one
+/// block per emission for the norm, RoPE, quantization and the row store.
 void compressor_chunk(const float* kv, const float* score, const float* ape, int64_t d, uint32_t ratio,
                       const int64_t* pos, int64_t pos0, int n_tok, float* state_kv, float* state_score,
                       const float* norm, float eps, const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,

@@ -147,8 +147,6 @@ __global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_
                                       float eps, float* y) {
   pdl_wait();
   pdl_trigger();
-  x += blockIdx.y * cols;  // token blockIdx.y of a batch
-  y += blockIdx.y * static_cast<int64_t>(gridDim.x);
   extern __shared__ __align__(16) uint8_t hc_smem[];
   float* v = reinterpret_cast<float*>(hc_smem);  // x, then the products w[i] * (x[i] * s)
   uint8_t* wrow = hc_smem + cols * 4;
@@ -190,6 +188,77 @@ __global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_
   }
   for (int off = 8; off >= 1; off >>= 1) a = a + __shfl_down_sync(0xffffffffu, a, off);
   if (lane == 0) y[blockIdx.x] = a;
+}
+
+// The batched form of hc_norm_matvec_kernel, in two launches. hc_row_scale_kernel: one
+// 1024-thread block per token takes its rms scale exactly as hc_norm_matvec_kernel does (same
+// partition of the f64 sum of squares). hc_chain_matvec_kernel: thread (row r, chain c) of a
+// block runs lane chain c of row r for kChainTokens tokens at once, over column tiles of
+// kChainCols staged in shared memory (cp.async: the tokens' x and every row of the matrix, rows
+// padded by 64 bytes so the two rows a warp reads sit 16 banks apart), instead of one block per
+// (row, token) staging the whole token and row for a single warp's chains.
+constexpr int kChainTokens = 4;
+constexpr int kChainCols = 512;
+constexpr int kChainRowPad = 64;  // bytes
+
+__global__ void __launch_bounds__(1024) hc_row_scale_kernel(const float* x, int64_t cols, float eps, float* scales) {
+  pdl_wait();
+  pdl_trigger();
+  const float s = block_rms_scale(x + blockIdx.x * cols, cols, eps);
+  if (threadIdx.x == 0) scales[blockIdx.x] = s;
+}
+
+template <uint32_t kType>
+__global__ void hc_chain_matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
+                                       const float* __restrict__ x, const float* __restrict__ scales,
+                                       float* __restrict__ y, int n_tok) {
+  pdl_wait();
+  pdl_trigger();
+  constexpr int64_t kWb = kType == 0 ? 4 : 2;
+  constexpr int64_t kStride = kChainCols * kWb + kChainRowPad;  // bytes per staged row
+  extern __shared__ __align__(16) uint8_t chain_smem[];
+  float* xs = reinterpret_cast<float*>(chain_smem);  // [kChainTokens][kChainCols]
+  uint8_t* ws = chain_smem + kChainTokens * kChainCols * 4;  // [rows][kStride]
+  const int t0 = blockIdx.x * kChainTokens;
+  const int64_t r = threadIdx.x / 16;
+  const int c = threadIdx.x % 16;
+  const bool live = r < rows;  // padding half-warps still take part in the shuffles
+  float sc[kChainTokens], a[kChainTokens];
+#pragma unroll
+  for (int j = 0; j < kChainTokens; ++j) {
+    sc[j] = scales[t0 + j < n_tok ? t0 + j : t0];  // tokens past n_tok repeat t0 and are not stored
+    a[j] = 0.0f;
+  }
+  for (int64_t col0 = 0; col0 < cols; col0 += kChainCols) {
+    const int nc = static_cast<int>(cols - col0 < kChainCols ? cols - col0 : kChainCols);  // a multiple of 16
+    __syncthreads();  // the previous tile is consumed
+    const int xq = nc / 4, wq = static_cast<int>(nc * kWb / 16);  // 16-byte pieces per token, per row
+    for (int k = threadIdx.x; k < kChainTokens * xq; k += blockDim.x) {
+      const int j = k / xq, t = t0 + j < n_tok ? t0 + j : t0;
+      cp_async16(xs + j * kChainCols + 4 * (k % xq), x + t * cols + col0 + 4 * (k % xq));
+    }
+    for (int64_t k = threadIdx.x; k < rows * wq; k += blockDim.x)
+      cp_async16(ws + (k / wq) * kStride + 16 * (k % wq), w + (k / wq) * row_bytes + col0 * kWb + 16 * (k % wq));
+    cp_async_wait();
+    __syncthreads();
+    if (live) {
+      // Lane chain c adds w[i] * (x[i] * s) for i = c, c + 16, ... in order (quant::ref's 16 chains).
+      const uint8_t* wr = ws + r * kStride;
+#pragma unroll 4
+      for (int i = c; i < nc; i += 16) {
+        const float wv = load_float_w<kType>(wr, i);
+#pragma unroll
+        for (int j = 0; j < kChainTokens; ++j) a[j] = a[j] + wv * (xs[j * kChainCols + i] * sc[j]);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kChainTokens; ++j) {
+    float v = a[j];
+    // quant::ref's tree over the 16 chains, within this half-warp (lane c + off stays in it for c < off).
+    for (int off = 8; off >= 1; off >>= 1) v = v + __shfl_down_sync(0xffffffffu, v, off);
+    if (live && c == 0 && t0 + j < n_tok) y[static_cast<int64_t>(t0 + j) * rows + r] = v;
+  }
 }
 
 __global__ void hc_post_kernel(const float* y, const float* x, const float* post,
@@ -247,21 +316,45 @@ void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_
   launch_k(hc_sinkhorn_kernel, static_cast<unsigned>(n_tok), 32, 0, mix, scale, base, n_hc, iters, eps, post, comb);
 }
 
-bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
-                    const float* x, float eps, float* y, int n_tok) {
+namespace {
+bool hc_norm_matvec_fits(uint32_t type, size_t row_bytes, int64_t rows, int64_t cols, const uint8_t* w,
+                         const float* x, size_t smem) {
   const int wb = type == 0 ? 4 : (type == 1 || type == 30) ? 2 : 0;
+  return wb != 0 && cols % 16 == 0 && row_bytes == static_cast<size_t>(cols) * wb && smem <= 200 * 1024 &&
+         reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && rows > 0;
+}
+}  // namespace
+
+bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                    const float* x, float eps, float* y) {
   const size_t smem = static_cast<size_t>(cols) * 4 + row_bytes;
-  if (wb == 0 || cols % 16 != 0 || row_bytes != static_cast<size_t>(cols) * wb || smem > 200 * 1024 ||
-      reinterpret_cast<uintptr_t>(w) % 16 != 0 || reinterpret_cast<uintptr_t>(x) % 16 != 0 || rows <= 0)
-    return false;
+  if (!hc_norm_matvec_fits(type, row_bytes, rows, cols, w, x, smem)) return false;
   const void* k = type == 0   ? reinterpret_cast<const void*>(hc_norm_matvec_kernel<0>)
                   : type == 1 ? reinterpret_cast<const void*>(hc_norm_matvec_kernel<1>)
                               : reinterpret_cast<const void*>(hc_norm_matvec_kernel<30>);
   allow_dynamic_smem(k, smem);
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(n_tok));
+  const auto grid = static_cast<unsigned>(rows);
   if (type == 0) launch_k(hc_norm_matvec_kernel<0>, grid, 1024, smem, w, row_bytes, cols, x, eps, y);
   else if (type == 1) launch_k(hc_norm_matvec_kernel<1>, grid, 1024, smem, w, row_bytes, cols, x, eps, y);
   else launch_k(hc_norm_matvec_kernel<30>, grid, 1024, smem, w, row_bytes, cols, x, eps, y);
+  return true;
+}
+
+bool hc_norm_matvec_batch(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
+                          const float* x, float eps, float* scales, float* y, int n_tok) {
+  if (!hc_norm_matvec_fits(type, row_bytes, rows, cols, w, x, 0) || rows > 64 || n_tok <= 0) return false;
+  launch_k(hc_row_scale_kernel, static_cast<unsigned>(n_tok), 1024, 0, x, cols, eps, scales);
+  const auto grid = static_cast<unsigned>((n_tok + kChainTokens - 1) / kChainTokens);
+  const auto threads = static_cast<unsigned>((rows * 16 + 31) / 32 * 32);
+  const size_t wb = type == 0 ? 4 : 2;
+  const size_t smem = kChainTokens * kChainCols * 4 + static_cast<size_t>(rows) * (kChainCols * wb + kChainRowPad);
+  auto go = [&](auto kernel) {
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+    launch_k(kernel, grid, threads, smem, w, row_bytes, rows, cols, x, scales, y, n_tok);
+  };
+  if (type == 0) go(hc_chain_matvec_kernel<0>);
+  else if (type == 1) go(hc_chain_matvec_kernel<1>);
+  else go(hc_chain_matvec_kernel<30>);
   return true;
 }
 
