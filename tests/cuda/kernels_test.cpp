@@ -139,13 +139,13 @@ TEST_F(CudaKernels, HcNormMatvecEqualsNormThenVecDot) {
 }
 
 // The batched form (a prefill chunk's tokens, several per block) against the same CPU reference
-// per token: 6 tokens (one block of 4 and a partial one), 24 rows and an odd row count whose last
+// per token: 7 tokens (full blocks and a partial one), 24 rows and an odd row count whose last
 // half-warp is padding.
 TEST_F(CudaKernels, HcNormMatvecBatchEqualsPerTokenReference) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int64_t cols = 4096;
-  const int n_tok = 6;
+  const int n_tok = 7;
   std::vector<float> x(static_cast<size_t>(cols) * n_tok);
   for (size_t i = 0; i < x.size(); ++i) x[i] = (1.0f + static_cast<float>(i / cols)) * nd(rng);
   for (const int64_t rows : {int64_t{24}, int64_t{7}}) {

@@ -197,7 +197,7 @@ __global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_
 // kChainCols staged in shared memory (cp.async: the tokens' x and every row of the matrix, rows
 // padded by 64 bytes so the two rows a warp reads sit 16 banks apart), instead of one block per
 // (row, token) staging the whole token and row for a single warp's chains.
-constexpr int kChainTokens = 4;
+constexpr int kChainTokens = 2;  // 2: 222 us per 512-token call at flash's 24 x 16384, 4: 311, 8: 384
 constexpr int kChainCols = 512;
 constexpr int kChainRowPad = 64;  // bytes
 
