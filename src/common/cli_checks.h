@@ -36,4 +36,12 @@ CLI::Validator whole_number() {
   return parses_as<T>("a whole number");
 }
 
+/// Parse errors printed as "<app name>: <message>" (then CLI11's "Run with --help ..." line), as
+/// every other error of the front ends is; the exit code stays the caller's (2).
+inline void name_parse_errors(CLI::App& app) {
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    return a->get_name() + ": " + CLI::FailureMessage::simple(a, e);
+  });
+}
+
 }  // namespace ds4

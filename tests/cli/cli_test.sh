@@ -22,9 +22,9 @@ expect() {
 }
 
 expect 0 "--prompt-file" -- "$ds4" --help
-expect 2 "nope" -- "$ds4" --nope
+expect 2 "^ds4: The following argument was not expected: --nope" -- "$ds4" --nope
 expect 2 "temp.*not in range" -- "$ds4" -m "$model" -p hi --temp -1
-expect 2 "temp: Failed parsing abc" -- "$ds4" -m "$model" -p hi --temp abc
+expect 2 "^ds4: --temp: Failed parsing abc" -- "$ds4" -m "$model" -p hi --temp abc
 expect 2 "ctx: Failed parsing 12x as a whole number" -- "$ds4" -m "$model" -p hi -c 12x
 expect 2 "not both" -- "$ds4" -m "$model" -p hi --prompt-file "$0"
 expect 1 "missing.gguf" -- "$ds4" -m "$tmp/missing.gguf" -p hi

@@ -1048,13 +1048,19 @@ TEST(E2EProcess, ContinuedSaves) {
 }
 
 TEST(E2EProcess, BadFlagsExit2) {
-  for (std::vector<std::string> args : {std::vector<std::string>{"--port", "99999"},
-                                        std::vector<std::string>{"--no-such-flag"},
-                                        std::vector<std::string>{"--kv-cache-min-tokens", "600",
-                                                                 "--kv-cache-cold-max-tokens", "100"}}) {
-    ServerProcess server(args);
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;  // the start of the error line
+  };
+  for (const Case& c :
+       {Case{{"--port", "99999"}, "ds4-server: --port: Value 99999 not in range"},
+        Case{{"--no-such-flag"}, "ds4-server: The following argument was not expected: --no-such-flag"},
+        Case{{"--kv-cache-min-tokens", "600", "--kv-cache-cold-max-tokens", "100"},
+             "ds4-server: --kv-cache-cold-max-tokens must be 0 or >= --kv-cache-min-tokens"}}) {
+    ServerProcess server(c.args);
     EXPECT_EQ(server.port(), 0);
     EXPECT_EQ(server.exit_code(), 2) << server.log();
+    EXPECT_NE(server.log().find(c.message), std::string::npos) << server.log();
   }
 }
 
