@@ -91,7 +91,7 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
     std::fputs(app.help().c_str(), stdout);
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
-    fail("{}", e.what());
+    fail("{}\nRun with --help for more information.", e.what());  // as ds4 and ds4-server print it
   }
 
   if (gpu_devices) o.gpu_devices = parse_gpu_devices(*gpu_devices, /*allow_repeats=*/true);

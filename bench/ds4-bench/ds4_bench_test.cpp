@@ -502,6 +502,8 @@ TEST_F(Ds4BenchRun, BadInputExitsTwoWithAClearMessage) {
   expect_bad_input("-m /nonexistent/model.gguf" + base, "model file /nonexistent/model.gguf does not exist");
   expect_bad_input("-m " + kText + base + "--ctx-start 8 --ctx-max 8", "GGUF");  // not a model
   expect_bad_input("-m " + kModel + base + "--ctx-start 8x", "--ctx-start");
+  expect_bad_input("--nope", "ds4-bench: The following argument was not expected: --nope\n"
+                             "Run with --help for more information.");
   expect_bad_input("-m " + kModel + base + "--gen-tokens many", "--gen-tokens");
   expect_bad_input("-m " + kModel + base + "--ctx-start 64 --ctx-max 32",
                    "--ctx-start (64) must be <= --ctx-max (32)");
