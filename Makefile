@@ -1,5 +1,5 @@
 # Thin wrapper over CMake so the README's two commands stay short.
-#   make run   — install deps, build, run ds4 on the default model
+#   make run   — install deps, build ds4 and the default model, run it
 #   make test  — install deps, build, run the whole test suite (what CI runs)
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -16,7 +16,8 @@ build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 test: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 1500
-run: build
+run: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target ds4 ds4_nano_models
 	@$(BUILD)/ds4 -p "$(PROMPT)" -n $(TOKENS)
 clean:
 	rm -rf $(BUILD)
