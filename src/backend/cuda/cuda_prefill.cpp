@@ -270,8 +270,9 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
   if (ratio) max_rows += std::min<int64_t>(ctx_ / ratio + 2, ratio == 4 ? c_.indexer_top_k : INT64_MAX);
   pmark(0);
   // The chunk's KV rows (normed, rotated and rounded as the ring holds them, one launch), its
-  // compressor pushes, the indexer's top-k; then the attention of the whole chunk (window rows of this chunk read from kv_row, older ones from the ring, compressed
-  // rows bounded by each token's position), then the ring store of the chunk's rows.
+  // compressor pushes, the indexer's top-k; then the attention of the whole chunk (window rows of
+  // this chunk read from kv_row, older ones from the ring, compressed rows bounded by each
+  // token's position), then the ring store of the chunk's rows.
   const int64_t K = c_.indexer_top_k;
   pop("loop: kv norm_rope (chunk)", [&] {
     kv_norm_rope_rows(b.kv_row.get(), L.attn_kv_a_norm.get(), HD, c_.rms_eps, rope, n_pair_, pos_all, c_.nope_dim(), n);
