@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 
 #include "backend/synthetic/synthetic_model.h"
 #include "common/cli_checks.h"
@@ -91,7 +92,9 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
     std::fputs(app.help().c_str(), stdout);
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
-    fail("{}\nRun with --help for more information.", e.what());  // as ds4 and ds4-server print it
+    std::string m = CLI::FailureMessage::simple(&app, e);  // CLI11's text, as ds4 and ds4-server print it
+    if (!m.empty() && m.back() == '\n') m.pop_back();
+    fail("{}", m);
   }
 
   if (gpu_devices) o.gpu_devices = parse_gpu_devices(*gpu_devices, /*allow_repeats=*/true);

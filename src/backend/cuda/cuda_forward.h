@@ -75,15 +75,15 @@ class CudaForward {
   /// Replaces the state from `in`. Throws ds4::Error when its ctx or shapes differ.
   void import_state(const model::KvState& in);
   int64_t ctx() const { return ctx_; }
-  /// Most tokens per layer-major chunk (DS4_CUDA_BATCH=N overrides the default 128; <= 1: the
-  /// token-by-token step for every token).
+  /// Most tokens per layer-major chunk (DS4_CUDA_BATCH=N overrides kDefaultBatchTokens; <= 1:
+  /// the token-by-token step for every token).
   int batch_tokens() const { return batch_tokens_; }
   /// Prefill chunk size: DS4_CUDA_BATCH when set (at least 1), else kDefaultBatchTokens.
   static int default_batch_tokens();
   static constexpr int kDefaultBatchTokens = 512;  // 2K prefill on an H200: 628 tok/s at 128, 837 at 512
   /// Bytes of the layer-major prefill's scratch for chunks of batch_tokens tokens whose quantized
-  /// activation rows take at most max_act_bytes (the attention scores' 64 MiB cap included,
-  /// all-token logits not).
+  /// activation rows take at most max_act_bytes (the attention and indexer scores' 64 MiB caps
+  /// included, all-token logits not).
   static uint64_t batch_scratch_bytes(const model::Config& c, uint64_t max_act_bytes, int batch_tokens);
 
  private:

@@ -53,8 +53,8 @@ namespace {
 constexpr int64_t kAttScratchFloats = int64_t{16} << 20;
 
 // Calls f(array, elements) for each prefill scratch array of a chunk of t tokens (the one list
-// that both allocates them and sizes them for the memory plan); logits and att are grown on
-// demand and not counted.
+// that both allocates them and sizes them for the memory plan); logits, att and iscores are
+// grown on demand (batch_scratch_bytes adds the score arrays' caps).
 template <class B, class F>
 void each_batch_array(B& b, const model::Config& c, uint64_t max_act_bytes, size_t t, F&& f) {
   const size_t hc = c.hc_dim(), D = c.n_embd, nh = c.n_hc, U = c.n_expert_used, FF = c.n_ff_exp;
