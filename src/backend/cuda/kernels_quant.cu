@@ -1348,25 +1348,17 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
   auto xrow = [&](int64_t e) {
     return a.act + static_cast<size_t>((e / a.in_div) * a.in_mul + grp * a.in_gmul) * a.act_stride;
   };
-  // NT token tiles of 8 per pass: IQ2_XXS weight fragments are decoded once per group and fed to
-  // NT MMAs (tiles past n are skipped, uniformly per warp).
+  // IQ2_XXS passes cover NT token tiles of 8 (each decoded weight fragment feeds NT MMAs); the
+  // other formats one tile, with the loop body they had before the tiles (same registers).
   constexpr int NT = T == kIQ2_XXS ? kMqTiles : 1;
   for (int k0 = own_rows ? 0 : warp * 8 * NT; k0 < n; k0 += own_rows ? 8 * NT : kMqWarps * 8 * NT) {
-    const int nt = NT == 1 ? 1 : (n - k0 + 7) / 8 < NT ? (n - k0 + 7) / 8 : NT;
-    // Tile j: this lane's B token (g) and its output tokens (2t, 2t+1); tokens past n read token k0.
-    const uint8_t* xb[NT];
-    const uint8_t* xa[NT];
-    const uint8_t* xc[NT];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) {
-      const int kj = k0 + 8 * j;
-      const int kb = kj + g < n ? kj + g : k0;
-      const int ka = kj + 2 * t < n ? kj + 2 * t : k0, kc = kj + 2 * t + 1 < n ? kj + 2 * t + 1 : k0;
-      xb[j] = xrow(entry(kb));
-      xa[j] = xrow(entry(ka));
-      xc[j] = xrow(entry(kc));
-    }
-    float out[NT][4];
+    // This lane's B token (g) and its output tokens (2t, 2t+1); tokens past n read token k0.
+    const int kb = k0 + g < n ? k0 + g : k0;
+    const int ka = k0 + 2 * t < n ? k0 + 2 * t : k0, kc = k0 + 2 * t + 1 < n ? k0 + 2 * t + 1 : k0;
+    const uint8_t* xb = xrow(entry(kb));
+    const uint8_t* xa = xrow(entry(ka));
+    const uint8_t* xc = xrow(entry(kc));
+    float out[4];
     if constexpr (T == kQ8_0) {
       float p[8][4];
 #pragma unroll
@@ -1379,10 +1371,10 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
           const int av[4] = {ld32(wg + b * B + 4 * t), ld32(wg8 + b * B + 4 * t), ld32(wg + b * B + 16 + 4 * t),
                              ld32(wg8 + b * B + 16 + 4 * t)};
           int c[4];
-          mma_s8_16x8x32(av, ld32(xb[0] + b * kAct + 4 + 4 * t), ld32(xb[0] + b * kAct + 20 + 4 * t), c);
+          mma_s8_16x8x32(av, ld32(xb + b * kAct + 4 + 4 * t), ld32(xb + b * kAct + 20 + 4 * t), c);
           const float dg = h2f(ld16(wg + nblk * B + 2 * b)), dg8 = h2f(ld16(wg8 + nblk * B + 2 * b));
-          const float xda = *reinterpret_cast<const float*>(xa[0] + b * kAct);
-          const float xdc = *reinterpret_cast<const float*>(xc[0] + b * kAct);
+          const float xda = *reinterpret_cast<const float*>(xa + b * kAct);
+          const float xdc = *reinterpret_cast<const float*>(xc + b * kAct);
           p[s][0] = p[s][0] + (dg * xda) * static_cast<float>(c[0]);
           p[s][1] = p[s][1] + (dg * xdc) * static_cast<float>(c[1]);
           p[s][2] = p[s][2] + (dg8 * xda) * static_cast<float>(c[2]);
@@ -1391,7 +1383,7 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        out[0][i] = ((p[0][i] + p[4][i]) + (p[2][i] + p[6][i])) + ((p[1][i] + p[5][i]) + (p[3][i] + p[7][i]));
+        out[i] = ((p[0][i] + p[4][i]) + (p[2][i] + p[6][i])) + ((p[1][i] + p[5][i]) + (p[3][i] + p[7][i]));
     } else if constexpr (T == kQ2_K || T == kQ4_K) {
       // 32-value parts: Q2_K part p = sub-blocks 2p, 2p+1 (codes 0..3 times their 4-bit scale
       // fit int8, so one MMA gives sum_j sc_j * sum q y for both); Q4_K part j = sub-block j
@@ -1401,8 +1393,8 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
       for (int64_t b = 0; b < nblk; ++b) {
         const uint8_t* bg = wg + b * Fmt<T>::kBytes;
         const uint8_t* bg8 = wg8 + b * Fmt<T>::kBytes;
-        const uint8_t* ya = xa[0] + b * kAct;
-        const uint8_t* yc = xc[0] + b * kAct;
+        const uint8_t* ya = xa + b * kAct;
+        const uint8_t* yc = xc + b * kAct;
         int isum[4] = {0, 0, 0, 0}, summs[4] = {0, 0, 0, 0};
 #pragma unroll
         for (int part = 0; part < 8; ++part) {
@@ -1423,7 +1415,7 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
             av[3] = (ld32(bg8 + off + 16) >> shift) & 0x0f0f0f0f;
           }
           int c[4];
-          const uint8_t* yq = xb[0] + b * kAct + 4 + 32 * part;
+          const uint8_t* yq = xb + b * kAct + 4 + 32 * part;
           mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
           if constexpr (T == kQ2_K) {
 #pragma unroll
@@ -1477,8 +1469,24 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
         }
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) out[0][i] = acc[i];
-    } else {  // IQ2_XXS
+      for (int i = 0; i < 4; ++i) out[i] = acc[i];
+    } else {  // IQ2_XXS: tile 0 is this pass's xb/xa/xc and out; tiles 1.. are stored here
+      const int nt = (n - k0 + 7) / 8 < NT ? (n - k0 + 7) / 8 : NT;
+      const uint8_t* tb[NT];
+      const uint8_t* ta[NT];
+      const uint8_t* tc[NT];
+      tb[0] = xb;
+      ta[0] = xa;
+      tc[0] = xc;
+#pragma unroll
+      for (int j = 1; j < NT; ++j) {
+        const int kj = k0 + 8 * j;
+        const int jb = kj + g < n ? kj + g : k0;
+        const int ja = kj + 2 * t < n ? kj + 2 * t : k0, jc = kj + 2 * t + 1 < n ? kj + 2 * t + 1 : k0;
+        tb[j] = xrow(entry(jb));
+        ta[j] = xrow(entry(ja));
+        tc[j] = xrow(entry(jc));
+      }
       float acc[NT][4];
 #pragma unroll
       for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
@@ -1498,7 +1506,7 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
           for (int j = 0; j < NT; ++j) {
             if (j >= nt) break;  // uniform
             int c[4];
-            const uint8_t* yq = xb[j] + b * kAct + 4 + 32 * gi;
+            const uint8_t* yq = tb[j] + b * kAct + 4 + 32 * gi;
             mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
             isum[j][0] += c[0] * sg;
             isum[j][1] += c[1] * sg;
@@ -1510,8 +1518,8 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           if (j >= nt) break;
-          const float yda = *reinterpret_cast<const float*>(xa[j] + b * kAct);
-          const float ydc = *reinterpret_cast<const float*>(xc[j] + b * kAct);
+          const float yda = *reinterpret_cast<const float*>(ta[j] + b * kAct);
+          const float ydc = *reinterpret_cast<const float*>(tc[j] + b * kAct);
           acc[j][0] = acc[j][0] + (dg * yda) * static_cast<float>(isum[j][0]);
           acc[j][1] = acc[j][1] + (dg * ydc) * static_cast<float>(isum[j][1]);
           acc[j][2] = acc[j][2] + (dg8 * yda) * static_cast<float>(isum[j][2]);
@@ -1519,18 +1527,22 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
         }
       }
 #pragma unroll
-      for (int j = 0; j < NT; ++j)
+      for (int i = 0; i < 4; ++i) out[i] = 0.125f * acc[0][i];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) out[j][i] = 0.125f * acc[j][i];
+      for (int j = 1; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int64_t r = r0 + g + (i >= 2 ? 8 : 0);
+          const int k = k0 + 8 * j + 2 * t + (i & 1);
+          if (j < nt && r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = 0.125f * acc[j][i];
+        }
     }
 #pragma unroll
-    for (int j = 0; j < NT; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t r = r0 + g + (i >= 2 ? 8 : 0);
-        const int k = k0 + 8 * j + 2 * t + (i & 1);
-        if (j < nt && r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = out[j][i];
-      }
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r = r0 + g + (i >= 2 ? 8 : 0);
+      const int k = k0 + 2 * t + (i & 1);
+      if (r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = out[i];
+    }
   }
 }
 
