@@ -591,7 +591,8 @@ TEST_F(CudaKernels, BatchedAttentionEqualsPerTokenCalls) {
     }
     const int64_t max_rows = swa + (c.n_sel ? c.n_sel : n_comp + 2);
     cuda::DeviceArray<float> dq(q.size()), ds(sinks.size()), dring(ring.size()), dchunk(chunk.size()), dcomp(comp.size());
-    cuda::DeviceArray<float> dout(q.size()), dout1(q.size()), dscr(static_cast<size_t>(c.n * nh * max_rows));
+    cuda::DeviceArray<float> dout(q.size()), dout1(q.size());
+    cuda::DeviceArray<float> dscr(static_cast<size_t>(c.n * cuda::attention_scratch_floats(nh, max_rows)));
     cuda::DeviceArray<float> dring1(ring.size()), dscr1(static_cast<size_t>(nh * max_rows));
     cuda::DeviceArray<int64_t> dpos(pos.size());
     cuda::DeviceArray<uint32_t> dsel(sel.size());

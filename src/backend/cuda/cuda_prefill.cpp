@@ -310,7 +310,7 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
   }
   // Attention in launches of at most kAttScratchFloats score floats: tokens [0, first_sel) over
   // all their compressed rows, [first_sel, n) over their selected rows.
-  const int64_t per_tok = static_cast<int64_t>(nhead) * max_rows;
+  const int64_t per_tok = attention_scratch_floats(nhead, max_rows);
   const int per = static_cast<int>(std::clamp<int64_t>(kAttScratchFloats / per_tok, 1, n));
   if (b.att.size() < static_cast<size_t>(per * per_tok)) b.att = DeviceArray<float>(static_cast<size_t>(per * per_tok), false);
   for (int t0 = 0; t0 < n;) {

@@ -286,9 +286,15 @@ void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim,
                     uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
                     float* scratch, float* out);
 
-/// sink_attention of n_tok tokens of a prefill chunk in one pair of launches: token t's query at
-/// q + t*q_stride, position pos[t], output at out + t*out_stride, scratch + t*n_head*max_rows
-/// (scratch holds n_tok * n_head * max_rows floats). Window positions >= chunk_pos0 are read
+/// Scratch floats per token of a batched sink_attention_batch call (n_tok > 1): the scores of
+/// n_head heads x max_rows rows, then the n_head softmax denominators.
+int64_t attention_scratch_floats(int n_head, int64_t max_rows);
+
+/// sink_attention of n_tok tokens of a prefill chunk: token t's query at q + t*q_stride, position
+/// pos[t], output at out + t*out_stride, scratch + t*attention_scratch_floats(n_head, max_rows)
+/// (n_tok of those; n_head * max_rows for n_tok = 1). For n_tok > 1 three launches: the scores,
+/// the softmax once per (token, head) (probabilities in place, denominators in row order), then
+/// combine blocks that only sum the V slices. Window positions >= chunk_pos0 are read
 /// from `chunk` (the chunk's KV rows [t][dim], as the ring would hold them) when it is non-null,
 /// earlier ones from the ring; the compressed rows are (pos[t]+1)/ratio of them, or, with sel,
 /// token t's n_sel rows listed at sel + t*sel_stride. Bit-identical to n_tok sink_attention calls.

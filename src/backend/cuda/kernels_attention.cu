@@ -146,6 +146,40 @@ constexpr size_t combine_smem(int chunk) {
 // Batched (prefill) launches have many blocks: chunks of kAttBatchChunk rows, two blocks per SM.
 constexpr int kAttBatchChunk = 512;
 
+// The softmax of a prefill chunk's scores, once per (token, head) instead of once per combine
+// block (16 output-dim slices each redid the max and every exp): warp w of block (g, t) takes
+// head g*kAttHeads + w of token t, the max over its rows and the sink (exact in any order), the
+// probabilities exp(s - max) in place of the scores, and the denominator exp(sink - max) + the
+// probabilities in row order (each group of 32 rows broadcast lane by lane), stored at
+// scratch + scratch_stride - n_head + head for attn_combine_kernel<kChunk, true>.
+__global__ void __launch_bounds__(kAttHeads * 32) attn_softmax_kernel(const float* sinks, int n_head, int64_t n_swa,
+                                                                     const int64_t* pos, uint32_t ratio,
+                                                                     const uint32_t* sel, int64_t n_sel,
+                                                                     float* scratch, int64_t scratch_stride) {
+  pdl_wait();
+  pdl_trigger();
+  const int h = blockIdx.x * kAttHeads + threadIdx.x / 32, lane = threadIdx.x & 31;
+  if (h >= n_head) return;  // whole warp
+  pos += blockIdx.y;
+  scratch += blockIdx.y * scratch_stride;
+  const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
+  float* sc = scratch + h * a.n_rows;
+  float m = -INFINITY;
+#pragma unroll 8
+  for (int64_t j = lane; j < a.n_rows; j += 32) m = fmaxf(m, sc[j]);
+  for (int off = 16; off >= 1; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  m = fmaxf(sinks[h], m);
+  float denom = exp_f(sinks[h] - m);
+  for (int64_t j0 = 0; j0 < a.n_rows; j0 += 32) {
+    const int64_t j = j0 + lane;
+    const float pv = j < a.n_rows ? exp_f(sc[j] - m) : 0.0f;
+    if (j < a.n_rows) sc[j] = pv;
+    const int cnt = a.n_rows - j0 < 32 ? static_cast<int>(a.n_rows - j0) : 32;
+    for (int k = 0; k < cnt; ++k) denom += __shfl_sync(0xffffffffu, pv, k);
+  }
+  if (lane == 0) scratch[scratch_stride - n_head + h] = denom;
+}
+
 // Softmax with a sink and the weighted sum (model::sink_attention steps 2-3) of kAttHeads heads
 // x kAttDims output dims, grid (dim slices, head groups); one block per SM. Per chunk of up to
 // kAttChunk rows: the V slices of all its rows are copied into shared memory at once (cp.async,
@@ -153,8 +187,10 @@ constexpr int kAttBatchChunk = 512;
 // w < 8 (head h0 + w, lane = output dim) sums each output value over the rows in order, every V
 // element read once for the 8 heads, and warp 8's lanes sum the 8 denominators in row order.
 // Token blockIdx.z of a batch as attn_scores_kernel (out advances by out_stride). kChunk: rows
-// per chunk (kAttChunk: one block per SM for the decode step's single token).
-template <int kChunk>
+// per chunk (kAttChunk: one block per SM for the decode step's single token). kPrepped: the
+// scratch already holds attn_softmax_kernel's probabilities and denominators (the same values in
+// the same order), so the block neither takes the max nor exponentiates nor sums denominators.
+template <int kChunk, bool kPrepped>
 __global__ void __launch_bounds__(kAttCombineThreads, kChunk == kAttChunk ? 1 : 2)
 attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, int64_t n_swa, const int64_t* pos,
                     const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride, int64_t n_sel,
@@ -215,7 +251,7 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-    if (c0 == 0) {  // per-head max over all rows (with the sink), one warp per head
+    if (c0 == 0 && !kPrepped) {  // per-head max over all rows (with the sink), one warp per head
       if (warp < kAttHeads && h0 + warp < n_head) {
         const float* sc = scratch + (h0 + warp) * n_rows;
         float m = -INFINITY;
@@ -238,13 +274,14 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const int e = e0 + static_cast<int>(threadIdx.x + u * blockDim.x), hl = e / cn, jj = e % cn;
-        if (e < kAttHeads * cn) ps[hl * (kChunk + 1) + jj] = h0 + hl < n_head ? exp_f(sv[u] - ms[hl]) : 0.0f;
+        if (e < kAttHeads * cn)
+          ps[hl * (kChunk + 1) + jj] = h0 + hl < n_head ? (kPrepped ? sv[u] : exp_f(sv[u] - ms[hl])) : 0.0f;
       }
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
     if (warp == kAttHeads) {
-      if (lane < kAttHeads && h0 + lane < n_head) {
+      if (!kPrepped && lane < kAttHeads && h0 + lane < n_head) {
         const float* p = ps + lane * (kChunk + 1);
 #pragma unroll 8
         for (int jj = 0; jj < cn; ++jj) denom += p[jj];
@@ -256,6 +293,8 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
       for (int jj = 0; jj < cn; ++jj) o += p[jj] * v[jj * kAttDims];
     }
   }
+  if (kPrepped && warp == kAttHeads && lane < kAttHeads && h0 + lane < n_head)
+    denom = scratch[scratch_stride - n_head + h0 + lane];
   if (warp == kAttHeads && lane < kAttHeads) inv[lane] = 1.0f / denom;
   __syncthreads();
   const int64_t i = i0 + lane;
@@ -272,6 +311,10 @@ void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim,
                        0, n_sel, max_rows, scratch, out, dim * n_head, 1);
 }
 
+int64_t attention_scratch_floats(int n_head, int64_t max_rows) {
+  return static_cast<int64_t>(n_head) * (max_rows + 1);
+}
+
 void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,
                           const float* raw, int64_t raw_cap, const float* chunk, int64_t chunk_pos0, int64_t n_swa,
                           const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
@@ -280,16 +323,20 @@ void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, 
   if (n_tok <= 0) return;
   const unsigned groups = static_cast<unsigned>((n_head + kAttHeads - 1) / kAttHeads);
   const AttnWin win{raw, raw_cap, chunk, chunk_pos0};
-  const int64_t ss = static_cast<int64_t>(n_head) * max_rows;  // scratch floats per token
+  const bool prep = n_tok > 1;  // batched: one softmax pass, then combine blocks that only sum
+  const int64_t ss = prep ? attention_scratch_floats(n_head, max_rows) : static_cast<int64_t>(n_head) * max_rows;
   const size_t smem = static_cast<size_t>(dim) * kAttHeads * sizeof(float);
   allow_dynamic_smem(reinterpret_cast<const void*>(attn_scores_kernel), smem);
   const dim3 grid(static_cast<unsigned>((max_rows + kAttScoreRows - 1) / kAttScoreRows), groups,
                   static_cast<unsigned>(n_tok));
   launch_k(attn_scores_kernel, grid, kAttScoreRows * 8, smem, q, q_stride, n_head, dim, win, n_swa, pos, comp, ratio,
            sel, sel_stride, n_sel, scratch, ss);
+  if (prep)
+    launch_k(attn_softmax_kernel, dim3(groups, static_cast<unsigned>(n_tok)), kAttHeads * 32, 0, sinks, n_head, n_swa,
+             pos, ratio, sel, n_sel, scratch, ss);
   const dim3 cgrid(static_cast<unsigned>((dim + kAttDims - 1) / kAttDims), groups, static_cast<unsigned>(n_tok));
-  auto* k = n_tok > 1 ? attn_combine_kernel<kAttBatchChunk> : attn_combine_kernel<kAttChunk>;
-  const size_t csmem = combine_smem(n_tok > 1 ? kAttBatchChunk : kAttChunk);
+  auto* k = prep ? attn_combine_kernel<kAttBatchChunk, true> : attn_combine_kernel<kAttChunk, false>;
+  const size_t csmem = combine_smem(prep ? kAttBatchChunk : kAttChunk);
   allow_dynamic_smem(reinterpret_cast<const void*>(k), csmem);
   launch_k(k, cgrid, kAttCombineThreads, csmem, sinks, n_head, dim, win, n_swa, pos, comp, ratio, sel, sel_stride, n_sel,
            scratch, ss, out, out_stride);
