@@ -274,9 +274,10 @@ void indexer_top_k_batch(const float* scores, const int64_t* pos, uint32_t ratio
 /// of `comp` ((pos + 1) / ratio of them; none for ratio 0) or the n_sel rows listed in `sel`.
 /// max_rows bounds window + compressed rows (grid size); scratch holds n_head * max_rows floats.
 /// Two launches, both in the CPU's operation order (bit-identical results, exp rounded from
-/// f64): the scores of 8 heads x 32 rows per block (each row element loaded once for the 8 heads,
-/// q in shared memory, dot8's lanes, tree and tail, then the scale), then per block 8 heads x 32
-/// output dims (one block per SM, ~126 KiB of shared memory): per chunk of up to 768 rows, the V
+/// f64): the scores of 8 heads x 32 rows per block (128 rows, 4 per lane, in batches; each row
+/// element loaded once for the 8 heads, q in shared memory, dot8's lanes, tree and tail, then the
+/// scale), then per block 8 heads x 32 output dims (one block per SM, ~126 KiB of shared
+/// memory): per chunk of up to 768 rows, the V
 /// slices copied into shared memory at once (cp.async) while the block makes exp(s - max), then
 /// each output value summed over the rows in order by one lane (every V element read once for
 /// the 8 heads) while one warp sums the 8 denominators in row order. Any dim, n_head and row

@@ -49,23 +49,30 @@ __device__ const float* attn_row(const AttnWin& w, const AttnShape& a, const flo
   return comp + (sel ? static_cast<int64_t>(sel[c]) : c) * dim;
 }
 
-// Attention tiles: a scores block covers kAttScoreRows rows x kAttHeads heads (a lane holds
-// kAttRowRegs row elements in registers: all its loads in flight at once); a combine block covers
-// kAttHeads heads x kAttDims output dims and walks the rows in chunks of kAttChunk (V slices,
-// probabilities and selected row ids in shared memory).
-constexpr int kAttHeads = 8, kAttScoreRows = 32, kAttRowRegs = 64, kAttDims = 32, kAttChunk = 768;
+// Attention tiles: a scores block covers 32 * kLaneRows rows x kAttHeads heads (8 lanes per row
+// group, each lane kLaneRows rows of kAttLaneRegs / kLaneRows elements in registers: all its
+// loads in flight at once, and each q value read from shared memory serves kLaneRows rows); a
+// combine block covers kAttHeads heads x kAttDims output dims and walks the rows in chunks of
+// kAttChunk (V slices, probabilities and selected row ids in shared memory).
+constexpr int kAttHeads = 8, kAttLaneRegs = 64, kAttDims = 32, kAttChunk = 768;
+// Rows per scores lane: 1 for the decode step (more blocks for one token), kAttBatchLaneRows for
+// prefill chunks (ncu, one row per lane: 91 % L1 throughput, the q reads from shared memory).
+constexpr int kAttBatchLaneRows = 4;
 constexpr int kAttCombineThreads = kAttHeads * 32 + 32;  // 8 output warps + 1 denominator warp
 
-// Attention scores (model::sink_attention step 1) of kAttHeads heads for kAttScoreRows rows:
+// Attention scores (model::sink_attention step 1) of kAttHeads heads for 32 * kLaneRows rows:
 // 8 lanes per row hold dot8's partial sums; each row element is loaded once and multiplied by
 // the 8 heads' q values, stored in shared memory as [dim][8] so one lane reads them as two
-// float4. The tree and tail follow dot8, then the scale, as the CPU does. scratch is [head][row]
-// with stride n_rows (this position's). Token blockIdx.z of a batch: q, pos and scratch advance by
-// q_stride, 1 and scratch_stride (sel, when set, by sel_stride).
-__global__ void attn_scores_kernel(const float* q, int64_t q_stride, int n_head, int64_t dim, AttnWin win,
-                                   int64_t n_swa, const int64_t* pos, const float* comp, uint32_t ratio,
-                                   const uint32_t* sel, int64_t sel_stride, int64_t n_sel, float* scratch,
-                                   int64_t scratch_stride) {
+// float4, once for its kLaneRows rows (rows g, g + 32, ... of the block for lane group g). The tree and tail follow
+// dot8, then the scale, as the CPU does. scratch is [head][row] with stride n_rows (this
+// position's). Token blockIdx.z of a batch: q, pos and scratch advance by q_stride, 1 and
+// scratch_stride (sel, when set, by sel_stride).
+template <int kLaneRows>
+__global__ void __launch_bounds__(256, kLaneRows > 1 ? 2 : 0) attn_scores_kernel(const float* q, int64_t q_stride, int n_head, int64_t dim,
+                                                          AttnWin win, int64_t n_swa, const int64_t* pos,
+                                                          const float* comp, uint32_t ratio, const uint32_t* sel,
+                                                          int64_t sel_stride, int64_t n_sel, float* scratch,
+                                                          int64_t scratch_stride) {
   pdl_wait();
   pdl_trigger();
   if (sel) sel += blockIdx.z * sel_stride;
@@ -75,7 +82,8 @@ __global__ void attn_scores_kernel(const float* q, int64_t q_stride, int n_head,
   extern __shared__ float4 qs4[];  // [dim][kAttHeads] floats
   float* qs = reinterpret_cast<float*>(qs4);
   const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
-  if (blockIdx.x * static_cast<int64_t>(kAttScoreRows) >= a.n_rows) return;  // whole block idle
+  constexpr int kRows = 32 * kLaneRows, kRegs = kAttLaneRegs / kLaneRows;
+  if (blockIdx.x * static_cast<int64_t>(kRows) >= a.n_rows) return;  // whole block idle
   const int h0 = blockIdx.y * kAttHeads;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {  // the 8 heads' loads in flight together
     float v[kAttHeads];
@@ -85,46 +93,67 @@ __global__ void attn_scores_kernel(const float* q, int64_t q_stride, int n_head,
     qs4[i * 2 + 1] = make_float4(v[4], v[5], v[6], v[7]);
   }
   __syncthreads();
-  const int64_t j = blockIdx.x * static_cast<int64_t>(kAttScoreRows) + threadIdx.x / 8;
   const int l = threadIdx.x & 7;
-  const bool on = j < a.n_rows;
-  const float* row = attn_row(win, a, comp, sel, dim, on ? j : 0);
+  int64_t j[kLaneRows];
+  bool on[kLaneRows];
+  const float* row[kLaneRows];
+#pragma unroll
+  for (int r = 0; r < kLaneRows; ++r) {
+    j[r] = blockIdx.x * static_cast<int64_t>(kRows) + threadIdx.x / 8 + 32 * r;
+    on[r] = j[r] < a.n_rows;
+    row[r] = attn_row(win, a, comp, sel, dim, on[r] ? j[r] : 0);
+  }
   const int64_t full = dim / 8 * 8;
-  float acc[kAttHeads] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t c = 0; c < full; c += 8 * kAttRowRegs) {  // one pass for head_dim <= 512
-    float rv[kAttRowRegs];
+  float acc[kLaneRows][kAttHeads];
 #pragma unroll
-    for (int u = 0; u < kAttRowRegs; ++u) rv[u] = c + 8 * u < full ? row[c + 8 * u + l] : 0.0f;
+  for (int r = 0; r < kLaneRows; ++r)
 #pragma unroll
-    for (int u = 0; u < kAttRowRegs; ++u) {
+    for (int hl = 0; hl < kAttHeads; ++hl) acc[r][hl] = 0.0f;
+  for (int64_t c = 0; c < full; c += 8 * kRegs) {
+    float rv[kLaneRows][kRegs];
+#pragma unroll
+    for (int r = 0; r < kLaneRows; ++r)
+#pragma unroll
+      for (int u = 0; u < kRegs; ++u) rv[r][u] = c + 8 * u < full ? row[r][c + 8 * u + l] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kRegs; ++u) {
       if (c + 8 * u >= full) break;
       const int64_t i = c + 8 * u + l;
-      const float r = rv[u];
       const float4 qa = qs4[i * 2], qb = qs4[i * 2 + 1];
-      acc[0] += qa.x * r;
-      acc[1] += qa.y * r;
-      acc[2] += qa.z * r;
-      acc[3] += qa.w * r;
-      acc[4] += qb.x * r;
-      acc[5] += qb.y * r;
-      acc[6] += qb.z * r;
-      acc[7] += qb.w * r;
+#pragma unroll
+      for (int r = 0; r < kLaneRows; ++r) {
+        const float x = rv[r][u];
+        acc[r][0] += qa.x * x;
+        acc[r][1] += qa.y * x;
+        acc[r][2] += qa.z * x;
+        acc[r][3] += qa.w * x;
+        acc[r][4] += qb.x * x;
+        acc[r][5] += qb.y * x;
+        acc[r][6] += qb.z * x;
+        acc[r][7] += qb.w * x;
+      }
     }
   }
 #pragma unroll
-  for (int hl = 0; hl < kAttHeads; ++hl) {
-    float s = acc[hl];
-    s = s + __shfl_down_sync(0xffffffffu, s, 4, 8);  // l<4: acc[l] + acc[l+4]
-    s = s + __shfl_down_sync(0xffffffffu, s, 1, 8);  // l=0: (0+4)+(1+5); l=2: (2+6)+(3+7)
-    s = s + __shfl_down_sync(0xffffffffu, s, 2, 8);  // l=0: the tree
-    acc[hl] = s;
-  }
-  if (!on || l != 0) return;
+  for (int r = 0; r < kLaneRows; ++r)
+#pragma unroll
+    for (int hl = 0; hl < kAttHeads; ++hl) {
+      float s = acc[r][hl];
+      s = s + __shfl_down_sync(0xffffffffu, s, 4, 8);  // l<4: acc[l] + acc[l+4]
+      s = s + __shfl_down_sync(0xffffffffu, s, 1, 8);  // l=0: (0+4)+(1+5); l=2: (2+6)+(3+7)
+      s = s + __shfl_down_sync(0xffffffffu, s, 2, 8);  // l=0: the tree
+      acc[r][hl] = s;
+    }
+  if (l != 0) return;
   const float scale = 1.0f / sqrtf(static_cast<float>(dim));
-  for (int hl = 0; hl < kAttHeads && h0 + hl < n_head; ++hl) {
-    float s = acc[hl];
-    for (int64_t i = full; i < dim; ++i) s += qs[i * kAttHeads + hl] * row[i];
-    scratch[(h0 + hl) * a.n_rows + j] = s * scale;
+#pragma unroll
+  for (int r = 0; r < kLaneRows; ++r) {
+    if (!on[r]) continue;
+    for (int hl = 0; hl < kAttHeads && h0 + hl < n_head; ++hl) {
+      float s = acc[r][hl];
+      for (int64_t i = full; i < dim; ++i) s += qs[i * kAttHeads + hl] * row[r][i];
+      scratch[(h0 + hl) * a.n_rows + j[r]] = s * scale;
+    }
   }
 }
 
@@ -326,11 +355,12 @@ void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, 
   const bool prep = n_tok > 1;  // batched: one softmax pass, then combine blocks that only sum
   const int64_t ss = prep ? attention_scratch_floats(n_head, max_rows) : static_cast<int64_t>(n_head) * max_rows;
   const size_t smem = static_cast<size_t>(dim) * kAttHeads * sizeof(float);
-  allow_dynamic_smem(reinterpret_cast<const void*>(attn_scores_kernel), smem);
-  const dim3 grid(static_cast<unsigned>((max_rows + kAttScoreRows - 1) / kAttScoreRows), groups,
-                  static_cast<unsigned>(n_tok));
-  launch_k(attn_scores_kernel, grid, kAttScoreRows * 8, smem, q, q_stride, n_head, dim, win, n_swa, pos, comp, ratio,
-           sel, sel_stride, n_sel, scratch, ss);
+  const int lane_rows = n_tok > 1 ? kAttBatchLaneRows : 1, rows = 32 * lane_rows;
+  auto* sk = n_tok > 1 ? attn_scores_kernel<kAttBatchLaneRows> : attn_scores_kernel<1>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(sk), smem);
+  const dim3 grid(static_cast<unsigned>((max_rows + rows - 1) / rows), groups, static_cast<unsigned>(n_tok));
+  launch_k(sk, grid, 256, smem, q, q_stride, n_head, dim, win, n_swa, pos, comp, ratio, sel, sel_stride, n_sel,
+           scratch, ss);
   if (prep)
     launch_k(attn_softmax_kernel, dim3(groups, static_cast<unsigned>(n_tok)), kAttHeads * 32, 0, sinks, n_head, n_swa,
              pos, ratio, sel, n_sel, scratch, ss);
