@@ -295,7 +295,8 @@ int64_t attention_scratch_floats(int n_head, int64_t max_rows);
 /// pos[t], output at out + t*out_stride, scratch + t*attention_scratch_floats(n_head, max_rows)
 /// (n_tok of those; n_head * max_rows for n_tok = 1). For n_tok > 1 three launches: the scores,
 /// the softmax once per (token, head) (probabilities in place, denominators in row order), then
-/// combine blocks that only sum the V slices. Window positions >= chunk_pos0 are read
+/// the weighted sums, a thread per output dim for 8 heads (each V element read once for them).
+/// Window positions >= chunk_pos0 are read
 /// from `chunk` (the chunk's KV rows [t][dim], as the ring would hold them) when it is non-null,
 /// earlier ones from the ring; the compressed rows are (pos[t]+1)/ratio of them, or, with sel,
 /// token t's n_sel rows listed at sel + t*sel_stride. Bit-identical to n_tok sink_attention calls.

@@ -172,15 +172,13 @@ __device__ void attn_cp_async4(float* dst, const float* src, int src_bytes) {
 constexpr size_t combine_smem(int chunk) {
   return (static_cast<size_t>(chunk) * kAttDims + kAttHeads * (chunk + 1) + chunk) * sizeof(float);
 }
-// Batched (prefill) launches have many blocks: chunks of kAttBatchChunk rows, two blocks per SM.
-constexpr int kAttBatchChunk = 512;
 
 // The softmax of a prefill chunk's scores, once per (token, head) instead of once per combine
 // block (16 output-dim slices each redid the max and every exp): warp w of block (g, t) takes
 // head g*kAttHeads + w of token t, the max over its rows and the sink (exact in any order), the
 // probabilities exp(s - max) in place of the scores, and the denominator exp(sink - max) + the
 // probabilities in row order (each group of 32 rows broadcast lane by lane), stored at
-// scratch + scratch_stride - n_head + head for attn_combine_kernel<kChunk, true>.
+// scratch + scratch_stride - n_head + head for attn_combine_rows_kernel.
 __global__ void __launch_bounds__(kAttHeads * 32) attn_softmax_kernel(const float* sinks, int n_head, int64_t n_swa,
                                                                      const int64_t* pos, uint32_t ratio,
                                                                      const uint32_t* sel, int64_t n_sel,
@@ -216,10 +214,8 @@ __global__ void __launch_bounds__(kAttHeads * 32) attn_softmax_kernel(const floa
 // w < 8 (head h0 + w, lane = output dim) sums each output value over the rows in order, every V
 // element read once for the 8 heads, and warp 8's lanes sum the 8 denominators in row order.
 // Token blockIdx.z of a batch as attn_scores_kernel (out advances by out_stride). kChunk: rows
-// per chunk (kAttChunk: one block per SM for the decode step's single token). kPrepped: the
-// scratch already holds attn_softmax_kernel's probabilities and denominators (the same values in
-// the same order), so the block neither takes the max nor exponentiates nor sums denominators.
-template <int kChunk, bool kPrepped>
+// per chunk (kAttChunk: one block per SM for the decode step's single token).
+template <int kChunk>
 __global__ void __launch_bounds__(kAttCombineThreads, kChunk == kAttChunk ? 1 : 2)
 attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, int64_t n_swa, const int64_t* pos,
                     const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride, int64_t n_sel,
@@ -280,7 +276,7 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-    if (c0 == 0 && !kPrepped) {  // per-head max over all rows (with the sink), one warp per head
+    if (c0 == 0) {  // per-head max over all rows (with the sink), one warp per head
       if (warp < kAttHeads && h0 + warp < n_head) {
         const float* sc = scratch + (h0 + warp) * n_rows;
         float m = -INFINITY;
@@ -303,14 +299,13 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const int e = e0 + static_cast<int>(threadIdx.x + u * blockDim.x), hl = e / cn, jj = e % cn;
-        if (e < kAttHeads * cn)
-          ps[hl * (kChunk + 1) + jj] = h0 + hl < n_head ? (kPrepped ? sv[u] : exp_f(sv[u] - ms[hl])) : 0.0f;
+        if (e < kAttHeads * cn) ps[hl * (kChunk + 1) + jj] = h0 + hl < n_head ? exp_f(sv[u] - ms[hl]) : 0.0f;
       }
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
     if (warp == kAttHeads) {
-      if (!kPrepped && lane < kAttHeads && h0 + lane < n_head) {
+      if (lane < kAttHeads && h0 + lane < n_head) {
         const float* p = ps + lane * (kChunk + 1);
 #pragma unroll 8
         for (int jj = 0; jj < cn; ++jj) denom += p[jj];
@@ -322,12 +317,91 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
       for (int jj = 0; jj < cn; ++jj) o += p[jj] * v[jj * kAttDims];
     }
   }
-  if (kPrepped && warp == kAttHeads && lane < kAttHeads && h0 + lane < n_head)
-    denom = scratch[scratch_stride - n_head + h0 + lane];
   if (warp == kAttHeads && lane < kAttHeads) inv[lane] = 1.0f / denom;
   __syncthreads();
   const int64_t i = i0 + lane;
   if (warp < kAttHeads && h0 + warp < n_head && i < dim) out[(h0 + warp) * dim + i] = o * inv[warp];
+}
+
+// The weighted sum of a prefill chunk's tokens after attn_softmax_kernel (probabilities in place
+// of the scores, denominators after them): thread i of block (slice, head group, token) owns
+// output dim slice * kCbDims + i of the group's kAttHeads heads, so each V element read from
+// shared memory serves 8 heads (attn_combine_kernel's lanes read one V element and one
+// probability per product: bound by shared-memory bandwidth, 1.46 ms per ratio-4 call). Rows in
+// chunks of kCbChunk: the chunk's row addresses, then its V slices (cp.async) and probabilities
+// [row][8] in shared memory; every output value is summed over the rows in order from +0, then
+// times 1 / denominator, as attn_combine_kernel does.
+constexpr int kCbDims = 128, kCbChunk = 64;
+
+__global__ void __launch_bounds__(kCbDims) attn_combine_rows_kernel(int n_head, int64_t dim, AttnWin win,
+                                                                    int64_t n_swa, const int64_t* pos,
+                                                                    const float* comp, uint32_t ratio,
+                                                                    const uint32_t* sel, int64_t sel_stride,
+                                                                    int64_t n_sel, const float* scratch,
+                                                                    int64_t scratch_stride, float* out,
+                                                                    int64_t out_stride) {
+  pdl_wait();
+  pdl_trigger();
+  if (sel) sel += blockIdx.z * sel_stride;
+  pos += blockIdx.z;
+  scratch += blockIdx.z * scratch_stride;
+  out += blockIdx.z * out_stride;
+  __shared__ __align__(16) float vs[kCbChunk * kCbDims];
+  __shared__ __align__(16) float ps[kCbChunk * kAttHeads];
+  __shared__ const float* rows[kCbChunk];
+  const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
+  const int h0 = blockIdx.y * kAttHeads;
+  const int64_t i0 = blockIdx.x * static_cast<int64_t>(kCbDims);
+  const bool vec4 = dim % 4 == 0;  // 16-byte copies (rows and the slice start 16-byte aligned)
+  float o[kAttHeads] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t c0 = 0; c0 < a.n_rows; c0 += kCbChunk) {
+    const int cn = static_cast<int>(a.n_rows - c0 < kCbChunk ? a.n_rows - c0 : kCbChunk);
+    __syncthreads();  // the previous chunk is consumed
+    for (int jj = threadIdx.x; jj < cn; jj += blockDim.x) rows[jj] = attn_row(win, a, comp, sel, dim, c0 + jj);
+    for (int e = threadIdx.x; e < cn * kAttHeads; e += blockDim.x) {
+      const int jj = e / kAttHeads, hl = e % kAttHeads;
+      ps[e] = h0 + hl < n_head ? scratch[(h0 + hl) * a.n_rows + c0 + jj] : 0.0f;
+    }
+    __syncthreads();
+    if (vec4) {
+      for (int e = threadIdx.x; e < cn * (kCbDims / 4); e += blockDim.x) {
+        const int jj = e / (kCbDims / 4), k = 4 * (e % (kCbDims / 4));
+        const bool in = i0 + k < dim;
+        attn_cp_async16(vs + jj * kCbDims + k, in ? rows[jj] + i0 + k : rows[jj], in ? 16 : 0);
+      }
+    } else {
+      for (int e = threadIdx.x; e < cn * kCbDims; e += blockDim.x) {
+        const int jj = e / kCbDims, k = e % kCbDims;
+        const bool in = i0 + k < dim;
+        attn_cp_async4(vs + jj * kCbDims + k, in ? rows[jj] + i0 + k : rows[jj], in ? 4 : 0);
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    const float4* p4 = reinterpret_cast<const float4*>(ps);
+#pragma unroll 4
+    for (int jj = 0; jj < cn; ++jj) {
+      const float v = vs[jj * kCbDims + threadIdx.x];
+      const float4 pa = p4[2 * jj], pb = p4[2 * jj + 1];
+      o[0] += pa.x * v;
+      o[1] += pa.y * v;
+      o[2] += pa.z * v;
+      o[3] += pa.w * v;
+      o[4] += pb.x * v;
+      o[5] += pb.y * v;
+      o[6] += pb.z * v;
+      o[7] += pb.w * v;
+    }
+  }
+  const int64_t i = i0 + threadIdx.x;
+  if (i >= dim) return;
+#pragma unroll
+  for (int hl = 0; hl < kAttHeads; ++hl) {
+    if (h0 + hl >= n_head) break;
+    const float inv = 1.0f / scratch[scratch_stride - n_head + h0 + hl];
+    out[(h0 + hl) * dim + i] = o[hl] * inv;
+  }
 }
 
 }  // namespace
@@ -364,12 +438,17 @@ void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, 
   if (prep)
     launch_k(attn_softmax_kernel, dim3(groups, static_cast<unsigned>(n_tok)), kAttHeads * 32, 0, sinks, n_head, n_swa,
              pos, ratio, sel, n_sel, scratch, ss);
-  const dim3 cgrid(static_cast<unsigned>((dim + kAttDims - 1) / kAttDims), groups, static_cast<unsigned>(n_tok));
-  auto* k = prep ? attn_combine_kernel<kAttBatchChunk, true> : attn_combine_kernel<kAttChunk, false>;
-  const size_t csmem = combine_smem(prep ? kAttBatchChunk : kAttChunk);
-  allow_dynamic_smem(reinterpret_cast<const void*>(k), csmem);
-  launch_k(k, cgrid, kAttCombineThreads, csmem, sinks, n_head, dim, win, n_swa, pos, comp, ratio, sel, sel_stride, n_sel,
-           scratch, ss, out, out_stride);
+  if (prep) {
+    launch_k(attn_combine_rows_kernel,
+             dim3(static_cast<unsigned>((dim + kCbDims - 1) / kCbDims), groups, static_cast<unsigned>(n_tok)), kCbDims, 0,
+             n_head, dim, win, n_swa, pos, comp, ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride);
+    return;
+  }
+  const dim3 cgrid(static_cast<unsigned>((dim + kAttDims - 1) / kAttDims), groups, 1);
+  const size_t csmem = combine_smem(kAttChunk);
+  allow_dynamic_smem(reinterpret_cast<const void*>(attn_combine_kernel<kAttChunk>), csmem);
+  launch_k(attn_combine_kernel<kAttChunk>, cgrid, kAttCombineThreads, csmem, sinks, n_head, dim, win, n_swa, pos, comp,
+           ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride);
 }
 
 }  // namespace ds4::cuda
