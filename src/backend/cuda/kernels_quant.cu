@@ -1470,16 +1470,13 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i) out[i] = acc[i];
-    } else {  // IQ2_XXS: tile 0 is this pass's xb/xa/xc and out; tiles 1.. are stored here
+    } else {  // IQ2_XXS: NT tiles with their own token rows and stores (xb/xa/xc/out unused)
       const int nt = (n - k0 + 7) / 8 < NT ? (n - k0 + 7) / 8 : NT;
       const uint8_t* tb[NT];
       const uint8_t* ta[NT];
       const uint8_t* tc[NT];
-      tb[0] = xb;
-      ta[0] = xa;
-      tc[0] = xc;
 #pragma unroll
-      for (int j = 1; j < NT; ++j) {
+      for (int j = 0; j < NT; ++j) {
         const int kj = k0 + 8 * j;
         const int jb = kj + g < n ? kj + g : k0;
         const int ja = kj + 2 * t < n ? kj + 2 * t : k0, jc = kj + 2 * t + 1 < n ? kj + 2 * t + 1 : k0;
@@ -1527,15 +1524,14 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
         }
       }
 #pragma unroll
-      for (int i = 0; i < 4; ++i) out[i] = 0.125f * acc[0][i];
-#pragma unroll
-      for (int j = 1; j < NT; ++j)
+      for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int64_t r = r0 + g + (i >= 2 ? 8 : 0);
           const int k = k0 + 8 * j + 2 * t + (i & 1);
           if (j < nt && r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = 0.125f * acc[j][i];
         }
+      continue;
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
