@@ -1543,105 +1543,187 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
 }
 
 // Dense Q8_0 matmat in shared-memory tiles (no expert list; rows of whole 256-value K tiles,
-// 16-byte aligned): a block computes 32 rows x 32 tokens, each of its 4 warps 16 rows x 16
-// tokens (two m16n8k32 tiles per block). K tiles of 8 blocks are staged by cp.async, double
-// buffered; staged rows are padded (+16 bytes) so the fragment reads hit distinct banks. Block
-// b0 + i of a tile (b0 a multiple of 8) goes to accumulator i = b mod 8 with matmat_mma_kernel's
-// float steps, and the same final tree: bit-identical to matvec. (matmat_mma_kernel reads its
-// fragments straight from global memory, 4 bytes of 8 rows per load: bound by L1 wavefronts.)
-constexpr int kQtRows = 32, kQtTok = 32, kQtBlk = 8;
+// 16-byte aligned). A block of 8 warps computes 64 rows x 64 tokens; warp w takes rows
+// 32 (w & 1) .. +31 and tokens 16 (w >> 1) .. +15: two 16-row A tiles x two 8-token B tiles,
+// 4 m16n8k32 per 32-value block, 16 outputs per lane x 8 accumulators = 128 registers (a larger
+// warp tile would pass 255). K tiles of 8 blocks are staged by cp.async in kQtStages buffers
+// (the first weight tiles before pdl_wait: weights are constant); staged rows are padded
+// (+16 bytes, a stride of 4 mod 32 words) so ldmatrix's 8-row phases and the 32-bit activation
+// reads hit distinct banks. A fragments by ldmatrix.x4, B fragments by 32-bit loads (the
+// 36-byte activation blocks put the payload 4 bytes off the 16-byte alignment ldmatrix needs).
+// Bit-identity: each MMA returns the exact isum_b of its (row, token) entries plus kQtBias fed in
+// as the accumulator. |isum_b| <= 32 * 128 * 128 = 2^19 < 2^22, so that integer is the bit
+// pattern of the float 12582912 + isum_b (in [2^23, 2^24), ulp 1) and subtracting 12582912
+// gives (float)isum_b exactly, without I2F (a fraction of the FP32 rate). Block b0 + i of a tile (b0 a
+// multiple of 8) goes to accumulator i = b mod 8 with matmat_mma_kernel's float steps (separate
+// mul and add, --fmad=false) in block order, then the same final tree: bit-identical to matvec.
+// Rows past n_rows read the last row, tokens past n_tok the last token; neither is stored.
+constexpr int kQtRows = 64, kQtTok = 64, kQtBlk = 8, kQtStages = 3, kQtThreads = 256;
 constexpr int kQtWStride = kQtBlk * 32 + 16;  // staged payload bytes per row
 constexpr int kQtXStride = kQtBlk * 36 + 16;  // staged activation bytes per token
+constexpr int kQtBias = 0x4B400000;           // the float 12582912 = 1.5 * 2^23
 
 struct QtStage {
   uint8_t w[kQtRows * kQtWStride];
   uint8_t d[kQtRows * 16];  // each row's 8 f16 block scales
   uint8_t x[kQtTok * kQtXStride];
 };
+constexpr size_t kQtSmem = kQtStages * sizeof(QtStage);
+static_assert(sizeof(QtStage) % 16 == 0, "stages stay 16-byte aligned");
 
-__global__ void __launch_bounds__(128) matmat_q8_tiled_kernel(MatmatArgs a) {
-  pdl_wait();
-  pdl_trigger();
-  __shared__ __align__(16) QtStage st[2];
+// mma m16n8k32 s8 with every accumulator input kQtBias (c = isum + kQtBias, exact in s32).
+__device__ __forceinline__ void mma_s8_16x8x32_biased(const int (&a)[4], int b0, int b1, int (&c)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(kQtBias));
+#else
+  c[0] = c[1] = c[2] = c[3] = kQtBias;  // not built below sm_80 (launch_matmat checks)
+#endif
+}
+
+// Four 8x8 b16 matrices (8 rows of 16 bytes each) from shared memory: lane l gives the address of
+// row l % 8 of matrix l / 8; register i of lane l receives bytes 4 (l % 4) .. +3 of row l / 4 of
+// matrix i. With matrix i = rows 8 (i & 1) .., bytes 16 (i >> 1) .. of a 16 x 32-byte A tile that
+// is a0..a3 of mma m16n8k32: (row g, bytes 4t..), (g + 8, 4t..), (g, 16 + 4t..), (g + 8, 16 + 4t..).
+__device__ __forceinline__ void ldmatrix_x4(int (&r)[4], uint32_t addr) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+#else
+  r[0] = r[1] = r[2] = r[3] = 0;
+#endif
+}
+
+__global__ void __launch_bounds__(kQtThreads, 1) matmat_q8_tiled_kernel(MatmatArgs a) {
+  extern __shared__ __align__(16) uint8_t qt_smem[];
+  QtStage* st = reinterpret_cast<QtStage*>(qt_smem);
   const int grp = blockIdx.y;
   const int n = a.n_tok;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kQtRows;
   const int k0 = static_cast<int>(blockIdx.z) * kQtTok;
-  if (k0 >= n || r0 >= a.n_rows) return;  // whole block
+  if (k0 >= n || r0 >= a.n_rows) return;  // whole block, before touching any buffer
   const int64_t nblk = a.cols / 32;
   const int nkt = static_cast<int>(nblk / kQtBlk);
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int wr = warp & 1, wt = warp >> 1;
-  auto wrow = [&](int i) {  // rows past the end read the last row, not written
-    const int64_t r = r0 + i < a.n_rows ? r0 + i : a.n_rows - 1;
-    return a.w + static_cast<size_t>(a.row0 + grp * a.group_rows + r) * a.row_bytes;
-  };
-  auto xrow = [&](int j) {  // tokens past n read token n - 1, not written
-    const int64_t k = k0 + j < n ? k0 + j : n - 1;
-    return a.act + static_cast<size_t>((k / a.in_div) * a.in_mul + grp * a.in_gmul) * a.act_stride;
-  };
-  auto load = [&](int kt, QtStage& sb) {
+  const int tid = threadIdx.x;
+  // Staging: thread tid copies row (and token) tid / 4, 16-byte chunks tid % 4 + 4 q.
+  const int lr = tid >> 2, lc = tid & 3;
+  const int64_t rr = r0 + lr < a.n_rows ? r0 + lr : a.n_rows - 1;
+  const uint8_t* wsrc = a.w + static_cast<size_t>(a.row0 + grp * a.group_rows + rr) * a.row_bytes;
+  const int64_t kk = k0 + lr < n ? k0 + lr : n - 1;
+  const uint8_t* xsrc = a.act + static_cast<size_t>((kk / a.in_div) * a.in_mul + grp * a.in_gmul) * a.act_stride;
+  auto load_w = [&](int kt) {  // 16 payload chunks + 1 scale chunk per row
+    QtStage& sb = st[kt % kQtStages];
     const int64_t b0 = static_cast<int64_t>(kt) * kQtBlk;
-    for (int i = tid; i < kQtRows * 17; i += blockDim.x) {  // 16 payload copies + 1 scale copy per row
-      const int row = i / 17, c = i % 17;
-      const uint8_t* src = wrow(row);
-      if (c < 16) cp_async16(sb.w + row * kQtWStride + 16 * c, src + b0 * 32 + 16 * c);
-      else cp_async16(sb.d + row * 16, src + nblk * 32 + 2 * b0);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int c = lc + 4 * q;
+      cp_async16(sb.w + lr * kQtWStride + 16 * c, wsrc + b0 * 32 + 16 * c);
     }
-    for (int i = tid; i < kQtTok * 18; i += blockDim.x) {  // 8 blocks of 36 bytes per token
-      const int tok = i / 18, c = i % 18;
-      cp_async16(sb.x + tok * kQtXStride + 16 * c, xrow(tok) + b0 * 36 + 16 * c);
-    }
-    cp_async_commit();
+    if (lc == 0) cp_async16(sb.d + lr * 16, wsrc + nblk * 32 + 2 * b0);
   };
-  float p[kQtBlk][2][4];
+  auto load_x = [&](int kt) {  // 8 blocks of 36 bytes = 18 chunks per token
+    QtStage& sb = st[kt % kQtStages];
+    const int64_t b0 = static_cast<int64_t>(kt) * kQtBlk;
+#pragma unroll
+    for (int q = 0; q < 5; ++q) {
+      const int c = lc + 4 * q;
+      if (c < 18) cp_async16(sb.x + lr * kQtXStride + 16 * c, xsrc + b0 * 36 + 16 * c);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kQtStages - 1; ++s)
+    if (s < nkt) load_w(s);
+  pdl_wait();
+  pdl_trigger();
+  // Group s holds stage s's activations (group 0 also the early weights): stage s is complete
+  // once groups 0..s are.
+#pragma unroll
+  for (int s = 0; s < kQtStages - 1; ++s) {
+    if (s < nkt) load_x(s);
+    cp_async_commit();
+  }
+
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int wr = warp & 1, wt = warp >> 1;
+  // ldmatrix row address of this lane (see ldmatrix_x4) in the warp's first 16-row tile.
+  const uint32_t a_lane = static_cast<uint32_t>(__cvta_generic_to_shared(qt_smem)) +
+                          (32 * wr + (lane & 7) + 8 * ((lane >> 3) & 1)) * kQtWStride + 16 * (lane >> 4);
+  const int d_lane = (32 * wr + g) * 16;                      // scales of row g (+8 rows: +128)
+  const int xb_lane = (16 * wt + g) * kQtXStride + 4 + 4 * t;  // B: token g of tile 0, bytes 4t..
+  const int xd_lane = (16 * wt + 2 * t) * kQtXStride;          // C: tokens 2t, 2t + 1 of tile 0
+
+  float p[kQtBlk][2][2][4];  // [block mod 8][row tile][token tile][c index]
 #pragma unroll
   for (int s = 0; s < kQtBlk; ++s)
 #pragma unroll
-    for (int j = 0; j < 2; ++j) p[s][j][0] = p[s][j][1] = p[s][j][2] = p[s][j][3] = 0.0f;
-  load(0, st[0]);
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) p[s][m][j][0] = p[s][m][j][1] = p[s][m][j][2] = p[s][m][j][3] = 0.0f;
+
   for (int kt = 0; kt < nkt; ++kt) {
-    if (kt + 1 < nkt) {
-      load(kt + 1, st[(kt + 1) & 1]);
-      cp_async_wait_group<1>();
-    } else {
-      cp_async_wait_group<0>();
+    cp_async_wait_group<kQtStages - 2>();
+    __syncthreads();  // stage kt landed for all threads; stage kt - 1 is no longer read
+    if (kt + kQtStages - 1 < nkt) {
+      load_w(kt + kQtStages - 1);
+      load_x(kt + kQtStages - 1);
     }
-    __syncthreads();
-    const QtStage& sb = st[kt & 1];
-    const uint8_t* wa = sb.w + (16 * wr + g) * kQtWStride + 4 * t;
-    const uint8_t* da = sb.d + (16 * wr + g) * 16;
+    cp_async_commit();
+    const int cur = kt % kQtStages;
+    const QtStage& sb = st[cur];
+    const uint32_t aw = a_lane + static_cast<uint32_t>(cur * sizeof(QtStage));
+    int dw[2][2];  // f16 scales of blocks bi, bi + 1 of rows g + 16 m + 8 h
 #pragma unroll
     for (int bi = 0; bi < kQtBlk; ++bi) {
-      const int av[4] = {ld32(wa + bi * 32), ld32(wa + 8 * kQtWStride + bi * 32), ld32(wa + bi * 32 + 16),
-                         ld32(wa + 8 * kQtWStride + bi * 32 + 16)};
-      const float dg = h2f(ld16(da + 2 * bi)), dg8 = h2f(ld16(da + 8 * 16 + 2 * bi));
+      int af[2][4];
+      ldmatrix_x4(af[0], aw + 32 * bi);
+      ldmatrix_x4(af[1], aw + 16 * kQtWStride + 32 * bi);
+      if ((bi & 1) == 0) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) dw[m][h] = ld32(sb.d + d_lane + (16 * m + 8 * h) * 16 + 2 * bi);
+      }
+      float dg[2][2];
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) dg[m][h] = h2f(static_cast<uint16_t>(dw[m][h] >> (16 * (bi & 1))));
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const uint8_t* xt = sb.x + (16 * wt + 8 * j) * kQtXStride + bi * 36;
-        const uint8_t* xb = xt + g * kQtXStride;
-        int c[4];
-        mma_s8_16x8x32(av, ld32(xb + 4 + 4 * t), ld32(xb + 20 + 4 * t), c);
-        const float xda = *reinterpret_cast<const float*>(xt + (2 * t) * kQtXStride);
-        const float xdc = *reinterpret_cast<const float*>(xt + (2 * t + 1) * kQtXStride);
-        p[bi][j][0] = p[bi][j][0] + (dg * xda) * static_cast<float>(c[0]);
-        p[bi][j][1] = p[bi][j][1] + (dg * xdc) * static_cast<float>(c[1]);
-        p[bi][j][2] = p[bi][j][2] + (dg8 * xda) * static_cast<float>(c[2]);
-        p[bi][j][3] = p[bi][j][3] + (dg8 * xdc) * static_cast<float>(c[3]);
+        const uint8_t* xb = sb.x + xb_lane + 8 * j * kQtXStride + bi * 36;
+        const int b0 = ld32(xb), b1 = ld32(xb + 16);
+        const uint8_t* xd = sb.x + xd_lane + 8 * j * kQtXStride + bi * 36;
+        const float xda = *reinterpret_cast<const float*>(xd);
+        const float xdc = *reinterpret_cast<const float*>(xd + kQtXStride);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          int c[4];
+          mma_s8_16x8x32_biased(af[m], b0, b1, c);
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float isum = __int_as_float(c[i]) - 12582912.0f;  // exact (see above)
+            const float s = dg[m][i >> 1] * ((i & 1) ? xdc : xda);
+            p[bi][m][j][i] = p[bi][m][j][i] + s * isum;
+          }
+        }
       }
     }
-    __syncthreads();  // the buffer is refilled two tiles on
   }
 #pragma unroll
-  for (int j = 0; j < 2; ++j)
+  for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float out = ((p[0][j][i] + p[4][j][i]) + (p[2][j][i] + p[6][j][i])) +
-                        ((p[1][j][i] + p[5][j][i]) + (p[3][j][i] + p[7][j][i]));
-      const int64_t r = r0 + 16 * wr + g + (i >= 2 ? 8 : 0);
-      const int k = k0 + 16 * wt + 8 * j + 2 * t + (i & 1);
-      if (r < a.n_rows && k < n) a.y[static_cast<int64_t>(k) * a.y_stride + grp * a.y_gstride + r] = out;
-    }
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float out = ((p[0][m][j][i] + p[4][m][j][i]) + (p[2][m][j][i] + p[6][m][j][i])) +
+                          ((p[1][m][j][i] + p[5][m][j][i]) + (p[3][m][j][i] + p[7][m][j][i]));
+        const int64_t r = r0 + 32 * wr + 16 * m + g + 8 * (i >> 1);
+        const int k = k0 + 16 * wt + 8 * j + 2 * t + (i & 1);
+        if (r < a.n_rows && k < n) a.y[static_cast<int64_t>(k) * a.y_stride + grp * a.y_gstride + r] = out;
+      }
 }
 
 // DS4_CUDA_MATMAT_TILED=0: dense Q8_0 prefill matvecs through matmat_mma_kernel (comparisons).
@@ -1684,7 +1766,8 @@ void launch_matmat(const MatmatArgs& a, int groups) {
           reinterpret_cast<uintptr_t>(a.act) % 16 == 0 && has_int8_mma()) {
         const dim3 grid(static_cast<unsigned>((a.n_rows + kQtRows - 1) / kQtRows), static_cast<unsigned>(groups),
                         static_cast<unsigned>((a.n_tok + kQtTok - 1) / kQtTok));
-        launch_k(matmat_q8_tiled_kernel, grid, 128, 0, a);
+        allow_dynamic_smem(reinterpret_cast<const void*>(matmat_q8_tiled_kernel), kQtSmem);
+        launch_k(matmat_q8_tiled_kernel, grid, kQtThreads, kQtSmem, a);
         return;
       }
     }
