@@ -63,17 +63,21 @@ std::vector<T> down(const cuda::DeviceArray<T>& d) {
 
 // Dense, grouped-input and expert-list matmat against per-token matvec launches, every weight
 // type, 45 tokens (two passes of 32), rows not a multiple of the block's 8 and columns ending in
-// a partial staging chunk.
+// a partial staging chunk (4864: 19 super-blocks) or in whole K tiles of 4 super-blocks (4096:
+// the staged expert-list kernel, with ~27 tokens per expert in passes of 8 or 16, and 40 or 100
+// rows per expert: blocks of 64 rows with a partly or wholly idle warp).
 TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   cuda::prepare_device(0);
   const int n = 45, U = 3, E = 5, G = 3;
-  const int64_t cols = 4864, R = 77, FF = 40;
+  const int64_t R = 77, FF_max = 100;
+  for (const int64_t cols : {int64_t{4864}, int64_t{4096}})
   for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::MXFP4,
                               GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::IQ2_XXS}) {
     SCOPED_TRACE(static_cast<int>(type));
+    SCOPED_TRACE(cols);
     const auto t = static_cast<uint32_t>(type);
-    const int64_t rows = std::max<int64_t>(R * G, E * FF);
+    const int64_t rows = std::max<int64_t>(R * G, E * FF_max);
     const auto wh = random_matrix(type, rows, cols, 3 + t);
     cuda::DeviceArray<uint8_t> wd(wh.size());
     wd.upload(wh.data(), wh.size());
@@ -130,6 +134,7 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "grouped";
     }
     // Experts by list: token k's slots select U distinct experts of E; entry k*U + s.
+    for (const int64_t FF : {int64_t{40}, FF_max})
     for (const int in_div : {U, 1}) {  // gate/up (input shared per token) and down (per slot)
       std::vector<int32_t> sel(static_cast<size_t>(n) * U);
       std::mt19937 rng(5 + in_div);
@@ -168,7 +173,7 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
       int total = 0;
       for (int v : c) total += v;
       EXPECT_EQ(total, n * U);
-      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "experts, in_div " << in_div;
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "experts, in_div " << in_div << ", FF " << FF;
     }
   }
   // Dense Q8_0 over several of matmat_q8_tiled_kernel's 64-row x 64-token tiles, the last of each
