@@ -180,7 +180,7 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
   // partial (200 rows, 150 tokens; 19 K tiles of 256 values), dense and with 2 grouped inputs.
   {
     const int n2 = 150, G2 = 2;
-    const int64_t R2 = 200;
+    const int64_t R2 = 200, cols = 4864;
     const auto t = static_cast<uint32_t>(GgmlType::Q8_0);
     const auto wh = random_matrix(GgmlType::Q8_0, R2 * G2, cols, 31);
     cuda::DeviceArray<uint8_t> wd(wh.size());

@@ -1531,13 +1531,14 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
           const int k = k0 + 8 * j + 2 * t + (i & 1);
           if (j < nt && r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = 0.125f * acc[j][i];
         }
-      continue;
     }
+    if constexpr (T != kIQ2_XXS) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t r = r0 + g + (i >= 2 ? 8 : 0);
-      const int k = k0 + 2 * t + (i & 1);
-      if (r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = out[i];
+      for (int i = 0; i < 4; ++i) {
+        const int64_t r = r0 + g + (i >= 2 ? 8 : 0);
+        const int k = k0 + 2 * t + (i & 1);
+        if (r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = out[i];
+      }
     }
   }
 }
