@@ -31,7 +31,7 @@ TurnStats generate(Engine& engine, Session& session, const std::vector<int32_t>&
   const auto t0 = clock::now();
   {
     ProgressBar bar("prefill", prompt.size());
-    const int64_t reused = session.sync(prompt, 256, [&](int64_t done, int64_t) {
+    const int64_t reused = session.sync(prompt, engine.prefill_chunk(), [&](int64_t done, int64_t) {
       bar.update(static_cast<uint64_t>(done) + (prompt.size() - session.tokens().size()));
     });
     st.prompt_tokens = static_cast<int64_t>(prompt.size()) - reused;

@@ -29,7 +29,7 @@ void dump_logprobs(Engine& engine, Session& session, const std::vector<int32_t>&
     fail("the prompt has {} tokens, but the context size is {} tokens", prompt.size(), session.ctx());
   const auto& tok = engine.tokenizer();
   const auto eos = tok.find_token(tok::kEosToken);
-  session.sync(prompt, 256);
+  session.sync(prompt, engine.prefill_chunk());
   nlohmann::json steps = nlohmann::json::array();
   std::vector<int32_t> order(engine.config().n_vocab);
   for (int64_t step = 0; step < max_tokens && session.remaining() > 0; ++step) {

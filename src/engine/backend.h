@@ -40,6 +40,12 @@ class Backend {
   virtual std::string name() const = 0;
   /// A new empty session of `ctx` tokens. Throws ds4::Error when it cannot be allocated.
   virtual std::unique_ptr<BackendSession> new_session(int64_t ctx) = 0;
+  /// Tokens per eval call that the front ends use for prompts (Session::sync's chunk; progress
+  /// and cancellation are checked between chunks): kDefaultPrefillChunk here, a backend with a
+  /// batched prefill its batch (the CUDA backend's, 2048 by default), since a smaller chunk
+  /// would cap the batch. Any value gives the same logits (spec §4.2).
+  virtual int64_t prefill_chunk() const { return kDefaultPrefillChunk; }
+  static constexpr int64_t kDefaultPrefillChunk = 256;
 };
 
 }  // namespace ds4

@@ -45,6 +45,8 @@ class Engine {
   const tok::Tokenizer& tokenizer() const { return *tokenizer_; }
   const gguf::Reader& reader() const { return reader_; }
   Backend& backend() { return *backend_; }
+  /// The backend's prompt chunk in tokens (Backend::prefill_chunk), for Session::sync.
+  int64_t prefill_chunk() const { return backend_->prefill_chunk(); }
 
  private:
   Engine(gguf::Reader reader) : reader_(std::move(reader)) {}

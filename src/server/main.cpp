@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
     info.default_max_tokens = f.tokens;
     ds4::server::Core core(
         std::make_unique<ds4::server::ModelGenerator>(
-            *engine, f.ctx, 256, cache.get(),
+            *engine, f.ctx, engine->prefill_chunk(), cache.get(),
             ds4::server::KvPlacement{.cold_max_tokens = f.kv_cold_max, .trim_tokens = f.kv_trim,
                                      .align_tokens = f.kv_align, .continued_tokens = f.kv_continued},
             tools.get()),

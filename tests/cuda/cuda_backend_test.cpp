@@ -419,6 +419,18 @@ TEST(CudaSynthetic, TinyModelIsDeterministicFiniteAndPlanned) {
   }
 }
 
+// The CUDA backend hands the front ends its batched prefill's chunk (2048 tokens unless
+// DS4_CUDA_BATCH says otherwise), so a CLI or server prompt is not cut into 256-token batches.
+TEST(CudaBackendChunk, PrefillChunkIsTheBatch) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device: CUDA backend tests skipped";
+  const auto path = model_path("q2");
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  const char* env = std::getenv("DS4_CUDA_BATCH");
+  const int64_t want = env ? std::max(1, std::atoi(env)) : 2048;
+  EXPECT_EQ(Engine::open({.model_path = path, .backend = "cuda", .threads = 1})->prefill_chunk(), want);
+  EXPECT_EQ(Engine::open({.model_path = path, .backend = "cpu", .threads = 1})->prefill_chunk(), 256);
+}
+
 TEST(CudaNoDevice, OpenFailsClearlyWithoutDevice) {
   if (have_device()) GTEST_SKIP() << "a CUDA device is present";
   const auto path = model_path("q2");

@@ -170,6 +170,12 @@ TEST_P(SessionTest, RejectsBadInput) {
   EXPECT_EQ(t.tokens(), s.tokens());
 }
 
+// The front ends' prompt chunk (Engine::prefill_chunk): the CPU backend keeps the default 256.
+TEST_P(SessionTest, CpuPrefillChunkIsTheDefault) {
+  EXPECT_EQ(engine_->prefill_chunk(), 256);
+  EXPECT_EQ(engine_->prefill_chunk(), Backend::kDefaultPrefillChunk);
+}
+
 INSTANTIATE_TEST_SUITE_P(TinyModels, SessionTest, ::testing::Values("f32", "q2", "q4"));
 
 }  // namespace

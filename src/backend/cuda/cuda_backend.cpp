@@ -57,6 +57,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<BackendSession> new_session(int64_t ctx) override {
     return std::make_unique<CudaSession>(c_, dw_, device_, ctx);
   }
+  int64_t prefill_chunk() const override { return CudaForward::default_batch_tokens(); }
   const model::Config& config() const { return c_; }
   const DeviceWeights& weights() const { return dw_; }
   int device() const { return device_; }

@@ -80,7 +80,9 @@ class CudaForward {
   int batch_tokens() const { return batch_tokens_; }
   /// Prefill chunk size: DS4_CUDA_BATCH when set (at least 1), else kDefaultBatchTokens.
   static int default_batch_tokens();
-  static constexpr int kDefaultBatchTokens = 512;  // 2K prefill on an H200: 628 tok/s at 128, 837 at 512
+  // 2K prefill on an H200 (flash-q2): 628 tok/s at 128, 837 at 512 (session 6); 1331 at 512,
+  // 1473 at 1024, 1546 at 2048 (session 8). Scratch ~0.8 MB per token for flash.
+  static constexpr int kDefaultBatchTokens = 2048;
   /// Bytes of the layer-major prefill's scratch for chunks of batch_tokens tokens whose quantized
   /// activation rows take at most max_act_bytes (the attention and indexer scores' 64 MiB caps
   /// included, all-token logits not).
