@@ -218,6 +218,52 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "dense Q8_0 tiles, groups " << groups;
     }
   }
+  // Dense float formats over several of matmat_float_tiled_kernel's 32-row x 32-token tiles, the
+  // last of each partial (200 rows, 150 tokens), dense and with 2 grouped inputs; columns whole
+  // 64-column chunks (4864) and a last chunk of 16 (4880) or 48 (4912).
+  for (const int64_t cols : {int64_t{4864}, int64_t{4880}, int64_t{4912}})
+  for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+    SCOPED_TRACE(static_cast<int>(type));
+    SCOPED_TRACE(cols);
+    const int n2 = 150, G2 = 2;
+    const int64_t R2 = 200;
+    const auto t = static_cast<uint32_t>(type);
+    const auto wh = random_matrix(type, R2 * G2, cols, 41 + t);
+    cuda::DeviceArray<uint8_t> wd(wh.size());
+    wd.upload(wh.data(), wh.size());
+    const cuda::DevMatrix w{t, wd.get(), cols, R2 * G2, quant::row_bytes(type, cols)};
+    cuda::to_device_layout(w);
+    const auto xh = random_vec(static_cast<size_t>(n2) * G2 * cols, 43 + t);
+    cuda::DeviceArray<float> x(xh.size());
+    x.upload(xh.data(), xh.size());
+    cuda::DeviceArray<uint8_t> act(cuda::act_row_bytes(t, cols) * n2 * G2 + 64);
+    cuda::DeviceArray<uint8_t> act1(cuda::act_row_bytes(t, cols) * G2 + 64);
+    for (const int groups : {1, G2}) {
+      SCOPED_TRACE(groups);
+      cuda::DeviceArray<float> y(static_cast<size_t>(n2) * groups * R2), ref(static_cast<size_t>(n2) * groups * R2);
+      cuda::MatmatOp o;
+      o.w = &w;
+      o.n_rows = R2;
+      o.group_rows = R2;
+      o.groups = groups;
+      o.n_tok = n2;
+      o.in_mul = groups;
+      o.in_gmul = 1;
+      o.x = x.get();
+      o.x_stride = cols;
+      o.n_in = n2 * groups;
+      o.y = y.get();
+      o.y_stride = groups * R2;
+      o.y_gstride = R2;
+      o.act = act.get();
+      cuda::matmat(o);
+      for (int k = 0; k < n2; ++k)
+        cuda::matvec(w, 0, R2, R2, nullptr, groups, x.get() + k * groups * cols, cols, ref.get() + k * groups * R2, R2,
+                     act1.get());
+      const auto a = down(y), b = down(ref);
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "dense float tiles, groups " << groups;
+    }
+  }
 }
 
 // Every field of two states, bit for bit.

@@ -1278,6 +1278,127 @@ __global__ void __launch_bounds__(kCfWarps * 32) matmat_class_float_kernel(Matma
   }
 }
 
+// Tiled matmat for the dense float formats (F32, F16, BF16): the same arithmetic as
+// matmat_class_float_kernel (chain c = lane c of a half-warp sums w[r][i] * x[k][i] for
+// i = c, c+16, .. in increasing i, one rounded mul then one add per step; then the half-warp
+// shuffle tree 8, 4, 2, 1), so results equal matvec bit for bit. Only the data movement differs:
+//  - a block of 256 threads owns a tile of kFtRows (32) rows x kFtTok (32) tokens and walks the
+//    columns in chunks of kFtKc (64); each chunk's weight rows (raw T) and input rows (f32) are
+//    copied into shared memory with cp.async, double-buffered, so a weight is read from L2 once
+//    per 32 tokens (was 16) and an input once per 32 rows (was 16), and the inner loop reads
+//    shared memory only;
+//  - warp w holds row group w % 4 (8 rows) and token group w / 4 (16 tokens); its half-warp h
+//    takes tokens 2j + h (j = 0..7) of the group, lane c = chain c, so a thread keeps 8 x 8
+//    accumulators of one chain. The two half-warps read the same weight words (broadcast) and
+//    input rows one apart (stride kFtXs = 80 words: the halves fall on disjoint banks);
+//  - chunk k covers columns 64k .. 64k+63 = steps s = 0..3 of 16 columns, so chain c still sees
+//    its elements in increasing i; a last partial chunk (cols % 64 = 16, 32, 48) runs fewer steps.
+// Rows past n_rows read the last row and tokens past n read token n - 1 (neither is written).
+// Needs 16-byte aligned rows (w, row_bytes, act, act_stride); expert lists use the old kernel.
+constexpr int kFtThreads = 256, kFtRows = 32, kFtTok = 32, kFtKc = 64, kFtXs = kFtKc + 16;
+
+template <uint32_t T>
+__global__ void __launch_bounds__(kFtThreads, 2) matmat_float_tiled_kernel(MatmatArgs a) {
+  constexpr int kWb = T == kF32 ? 4 : 2;             // bytes per weight
+  constexpr int kWRow = kFtKc * kWb;                 // bytes of one staged weight row
+  constexpr int kWPieces = kFtRows * kWRow / 16 / kFtThreads;   // 16-byte copies per thread
+  constexpr int kXPieces = kFtTok * kFtKc * 4 / 16 / kFtThreads;
+  static_assert(kWPieces >= 1 && kXPieces >= 1, "every thread copies whole pieces");
+  __shared__ __align__(16) uint8_t ws[2][kFtRows * kWRow];
+  __shared__ __align__(16) float xs[2][kFtTok * kFtXs];
+  pdl_wait();
+  pdl_trigger();
+  const int g = blockIdx.y;
+  const int n = a.n_tok;
+  const int64_t rt0 = static_cast<int64_t>(blockIdx.x) * kFtRows;
+  if (n <= 0 || rt0 >= a.n_rows) return;  // whole block
+  const int tid = threadIdx.x, warp = tid >> 5, h = (tid >> 4) & 1, c = tid & 15;
+  const int rg = warp & 3, tg = warp >> 2;
+  // This thread's weight copies: piece p = tid + i * 256 of the tile (row p / (kWRow / 16)).
+  const uint8_t* wsrc[kWPieces];
+  int wdst[kWPieces], wcol[kWPieces];
+#pragma unroll
+  for (int i = 0; i < kWPieces; ++i) {
+    const int p = tid + i * kFtThreads, row = p / (kWRow / 16), q = p % (kWRow / 16);
+    const int64_t r = rt0 + row < a.n_rows ? rt0 + row : a.n_rows - 1;
+    wsrc[i] = a.w + static_cast<size_t>(a.row0 + g * a.group_rows + r) * a.row_bytes + q * 16;
+    wdst[i] = row * kWRow + q * 16;
+    wcol[i] = q * 16 / kWb;  // first column of the piece within the chunk
+  }
+  const int64_t cols = a.cols;
+  const int nch = static_cast<int>((cols + kFtKc - 1) / kFtKc);
+  const int64_t r0 = rt0 + rg * 8;
+  const int step = static_cast<int>(gridDim.z) * kFtTok;
+  for (int kt = static_cast<int>(blockIdx.z) * kFtTok; kt < n; kt += step) {
+    const uint8_t* xsrc[kXPieces];
+    int xdst[kXPieces], xcol[kXPieces];
+#pragma unroll
+    for (int i = 0; i < kXPieces; ++i) {
+      const int p = tid + i * kFtThreads, tok = p / (kFtKc / 4), q = p % (kFtKc / 4);
+      const int64_t k = kt + tok < n ? kt + tok : n - 1;
+      xsrc[i] = a.act + static_cast<size_t>((k / a.in_div) * a.in_mul + g * a.in_gmul) * a.act_stride + q * 16;
+      xdst[i] = tok * kFtXs + q * 4;
+      xcol[i] = q * 4;
+    }
+    auto load = [&](int ch, int buf) {
+      const int64_t c0 = static_cast<int64_t>(ch) * kFtKc;
+      const int64_t rem = cols - c0;  // columns left (pieces past them are not copied)
+#pragma unroll
+      for (int i = 0; i < kWPieces; ++i)
+        if (wcol[i] < rem) cp_async16(&ws[buf][wdst[i]], wsrc[i] + c0 * kWb);
+#pragma unroll
+      for (int i = 0; i < kXPieces; ++i)
+        if (xcol[i] < rem) cp_async16(&xs[buf][xdst[i]], xsrc[i] + c0 * 4);
+      cp_async_commit();
+    };
+    float acc[8][8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+    load(0, 0);
+    for (int ch = 0; ch < nch; ++ch) {
+      const int buf = ch & 1;
+      if (ch + 1 < nch) load(ch + 1, buf ^ 1);
+      else cp_async_commit();  // an empty group keeps the wait count uniform
+      cp_async_wait_group<1>();
+      __syncthreads();
+      const int64_t left = cols - static_cast<int64_t>(ch) * kFtKc;
+      const int steps = left >= kFtKc ? kFtKc / 16 : static_cast<int>(left / 16);
+      const uint8_t* wsb = &ws[buf][rg * 8 * kWRow];
+      const float* xsb = &xs[buf][(tg * 16 + h) * kFtXs];
+#pragma unroll
+      for (int s = 0; s < kFtKc / 16; ++s) {
+        if (s < steps) {
+          float w[8], x[8];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) w[i] = load_w<T>(wsb + i * kWRow, s * 16 + c);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) x[j] = xsb[2 * j * kFtXs + s * 16 + c];
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+              const float p = w[i] * x[j];
+              acc[i][j] = acc[i][j] + p;
+            }
+        }
+      }
+      __syncthreads();  // buffer `buf` is refilled next chunk (or by the next token tile's first)
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        float v = acc[i][j];
+        for (int off = 8; off >= 1; off >>= 1) v = v + __shfl_down_sync(kFull, v, off, 16);
+        const int k = kt + tg * 16 + 2 * j + h;
+        if (c == 0 && r0 + i < a.n_rows && k < n)
+          a.y[static_cast<int64_t>(k) * a.y_stride + g * a.y_gstride + r0 + i] = v;
+      }
+  }
+}
+
 // Q8_0 / IQ2_XXS / Q2_K / Q4_K matmat with the integer block dots on tensor cores (the others below). mma.m16n8k32 (s8 x s8 -> s32) takes
 // exactly one 32-value block: for a 16-row x 8-token tile it returns every isum_b exactly (integer
 // sums do not depend on their order), and each lane applies the reference's float steps to its
@@ -2005,6 +2126,13 @@ __global__ void __launch_bounds__(kQtThreads, 1) matmat_q8_tiled_kernel(MatmatAr
       }
 }
 
+// DS4_CUDA_FLOAT_TILED=0: dense float prefill matvecs through matmat_class_float_kernel instead of
+// the shared-memory tiled one (comparisons).
+bool float_tiled_off() {
+  static const bool off = env_zero("DS4_CUDA_FLOAT_TILED");
+  return off;
+}
+
 // DS4_CUDA_MATMAT_TILED=0: dense Q8_0 prefill matvecs through matmat_mma_kernel (comparisons).
 bool tiled_off() {
   static const bool off = env_zero("DS4_CUDA_MATMAT_TILED");
@@ -2051,6 +2179,15 @@ template <uint32_t T>
 void launch_matmat(const MatmatArgs& a, int groups) {
   if constexpr (T == kF32 || T == kF16 || T == kBF16) {
     if (!lane_matmat_off() && a.cols % 16 == 0) {
+      if (!float_tiled_off() && !a.cnt && !a.list && a.row_bytes % 16 == 0 &&
+          reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && reinterpret_cast<uintptr_t>(a.act) % 16 == 0 &&
+          a.act_stride % 16 == 0) {
+        const int64_t tiles = std::min<int64_t>((a.n_tok + kFtTok - 1) / kFtTok, 65535);
+        const dim3 grid(static_cast<unsigned>((a.n_rows + kFtRows - 1) / kFtRows), static_cast<unsigned>(groups),
+                        static_cast<unsigned>(tiles));
+        launch_k(matmat_float_tiled_kernel<T>, grid, kFtThreads, 0, a);
+        return;
+      }
       // Token tiles over grid.z for dense launches (expert lists: every group's tokens in one block).
       const int64_t tiles = a.cnt ? 1 : std::min<int64_t>((a.n_tok + kCfBlockTok - 1) / kCfBlockTok, 65535);
       const dim3 grid(static_cast<unsigned>((a.n_rows + kCfBlockRows - 1) / kCfBlockRows), static_cast<unsigned>(groups),
