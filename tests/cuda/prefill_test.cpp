@@ -64,12 +64,14 @@ std::vector<T> down(const cuda::DeviceArray<T>& d) {
 // Dense, grouped-input and expert-list matmat against per-token matvec launches, every weight
 // type, 45 tokens (two passes of 32), rows not a multiple of the block's 8 and columns ending in
 // a partial staging chunk (4864: 19 super-blocks) or in whole K tiles of 4 super-blocks (4096:
-// the staged expert-list kernel, with ~27 tokens per expert in passes of 8 or 16, and 40 or 100
-// rows per expert: blocks of 64 rows with a partly or wholly idle warp).
+// the staged / predecode expert-list kernels, with ~27 tokens per expert, or 117 tokens per
+// expert: passes of up to 48 or 64 tokens, the last partial; and 40 or 100 rows per expert:
+// blocks of 64 or 128 rows with partly or wholly idle warps).
 TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   cuda::prepare_device(0);
   const int n = 45, U = 3, E = 5, G = 3;
+  const int kNe = 117, kInMax = std::max(n * U, 2 * kNe);  // the second expert case (below)
   const int64_t R = 77, FF_max = 100;
   for (const int64_t cols : {int64_t{4864}, int64_t{4096}})
   for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::MXFP4,
@@ -83,10 +85,10 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
     wd.upload(wh.data(), wh.size());
     const cuda::DevMatrix w{t, wd.get(), cols, rows, quant::row_bytes(type, cols)};
     cuda::to_device_layout(w);  // the kernels' row layout, as DeviceWeights uploads it
-    const auto xh = random_vec(static_cast<size_t>(n) * U * cols, 11 + t);
+    const auto xh = random_vec(static_cast<size_t>(kInMax) * cols, 11 + t);
     cuda::DeviceArray<float> x(xh.size());
     x.upload(xh.data(), xh.size());
-    cuda::DeviceArray<uint8_t> act(cuda::act_row_bytes(t, cols) * n * U + 64);
+    cuda::DeviceArray<uint8_t> act(cuda::act_row_bytes(t, cols) * kInMax + 64);
     cuda::DeviceArray<uint8_t> act1(cuda::act_row_bytes(t, cols) * U + 64);
 
     // Dense: y[t][r] for one shared weight.
@@ -133,46 +135,53 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
       const auto a = down(y), b = down(ref);
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "grouped";
     }
-    // Experts by list: token k's slots select U distinct experts of E; entry k*U + s.
+    // Experts by list: token k's slots select U distinct experts of E; entry k*U + s. The second
+    // case gives each of 2 experts all 117 tokens: several passes of the predecode kernel (the
+    // last partial), and the staged kernel's passes.
+    struct ExpertCase {
+      int n, U, E;
+    };
+    for (const ExpertCase ec : {ExpertCase{n, U, E}, ExpertCase{kNe, 2, 2}})
     for (const int64_t FF : {int64_t{40}, FF_max})
-    for (const int in_div : {U, 1}) {  // gate/up (input shared per token) and down (per slot)
-      std::vector<int32_t> sel(static_cast<size_t>(n) * U);
+    for (const int in_div : {ec.U, 1}) {  // gate/up (input shared per token) and down (per slot)
+      SCOPED_TRACE(ec.n);
+      std::vector<int32_t> sel(static_cast<size_t>(ec.n) * ec.U);
       std::mt19937 rng(5 + in_div);
-      for (int k = 0; k < n; ++k) {
-        std::vector<int32_t> ids(E);
-        for (int e = 0; e < E; ++e) ids[e] = e;
+      for (int k = 0; k < ec.n; ++k) {
+        std::vector<int32_t> ids(ec.E);
+        for (int e = 0; e < ec.E; ++e) ids[e] = e;
         std::shuffle(ids.begin(), ids.end(), rng);
-        for (int s = 0; s < U; ++s) sel[k * U + s] = ids[s];
+        for (int s = 0; s < ec.U; ++s) sel[k * ec.U + s] = ids[s];
       }
-      cuda::DeviceArray<int32_t> sd(sel.size()), cnt(E), list(static_cast<size_t>(E) * n * U);
+      cuda::DeviceArray<int32_t> sd(sel.size()), cnt(ec.E), list(static_cast<size_t>(ec.E) * ec.n * ec.U);
       sd.upload(sel.data(), sel.size());
-      cuda::group_by_expert(sd.get(), n * U, E, cnt.get(), list.get(), n * U);
-      cuda::DeviceArray<float> y(static_cast<size_t>(n) * U * FF), ref(static_cast<size_t>(n) * U * FF);
+      cuda::group_by_expert(sd.get(), ec.n * ec.U, ec.E, cnt.get(), list.get(), ec.n * ec.U);
+      cuda::DeviceArray<float> y(static_cast<size_t>(ec.n) * ec.U * FF), ref(static_cast<size_t>(ec.n) * ec.U * FF);
       cuda::MatmatOp o;
       o.w = &w;
       o.n_rows = o.group_rows = FF;
-      o.groups = E;
+      o.groups = ec.E;
       o.cnt = cnt.get();
       o.list = list.get();
-      o.list_stride = n * U;
+      o.list_stride = ec.n * ec.U;
       o.in_div = in_div;
       o.x = x.get();
       o.x_stride = cols;
-      o.n_in = in_div == 1 ? n * U : n;
+      o.n_in = in_div == 1 ? ec.n * ec.U : ec.n;
       o.y = y.get();
       o.y_stride = FF;
       o.act = act.get();
       cuda::matmat(o);
-      for (int k = 0; k < n; ++k) {
-        const float* xk = x.get() + (in_div == 1 ? k * U * cols : k * cols);
-        cuda::matvec(w, 0, FF, FF, sd.get() + k * U, U, xk, in_div == 1 ? cols : 0, ref.get() + k * U * FF, FF,
+      for (int k = 0; k < ec.n; ++k) {
+        const float* xk = x.get() + (in_div == 1 ? k * ec.U * cols : k * cols);
+        cuda::matvec(w, 0, FF, FF, sd.get() + k * ec.U, ec.U, xk, in_div == 1 ? cols : 0, ref.get() + k * ec.U * FF, FF,
                      act1.get());
       }
       const auto a = down(y), b = down(ref);
       const auto c = down(cnt);
       int total = 0;
       for (int v : c) total += v;
-      EXPECT_EQ(total, n * U);
+      EXPECT_EQ(total, ec.n * ec.U);
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "experts, in_div " << in_div << ", FF " << FF;
     }
   }

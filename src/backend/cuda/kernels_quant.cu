@@ -1717,6 +1717,155 @@ struct Sg {
                 "staged rows must be 16-byte copies at an odd multiple of 16 bytes");
 };
 
+// One staged K tile (kSgBlk blocks) of a warp's 16 rows against nt <= NT token tiles of 8:
+// ws = the warp's row g in the stage's weights, tw = its scale fields (IQ2_XXS), xs = the
+// stage's activations (token 8j + i at i * kXStride). Every decoded A fragment feeds the nt
+// MMAs; each block's float steps go into acc[j] in block order (matmat_mma_kernel's). The same
+// statements as matmat_staged_kernel's K-tile body, which keeps its inline copy: calling this
+// there changed its register allocation (Q2_K: a spill), and it is the A/B reference.
+template <uint32_t T, int NT, int kWStride, int kTail, int kXStride>
+__device__ __forceinline__ void sg_tile(const uint8_t* ws, const uint8_t* tw, const uint8_t* xs, int nt, int g, int t,
+                                        const Tables& tab, float (&acc)[NT][4]) {
+  constexpr int B = payload_bytes<T>(), kAct = ActFmt<T>::kBytes;
+  for (int bi = 0; bi < kSgBlk; ++bi) {
+    int isum[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j) isum[j][0] = isum[j][1] = isum[j][2] = isum[j][3] = 0;
+    if constexpr (T == kIQ2_XXS) {
+      const uint8_t* bg = ws + bi * B;
+#pragma unroll
+      for (int gi = 0; gi < 8; ++gi) {
+        const uint2 qg = *reinterpret_cast<const uint2*>(bg + 8 * gi);
+        const uint2 qg8 = *reinterpret_cast<const uint2*>(bg + 8 * kWStride + 8 * gi);
+        const int e = t >> 1, h = t & 1;
+        const int av[4] = {iq2_word(qg.x, qg.y, e, h, tab), iq2_word(qg8.x, qg8.y, e, h, tab),
+                           iq2_word(qg.x, qg.y, 2 + e, h, tab), iq2_word(qg8.x, qg8.y, 2 + e, h, tab)};
+        const int sg = static_cast<int>(2 * (qg.y >> 28) + 1), sg8 = static_cast<int>(2 * (qg8.y >> 28) + 1);
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          if (j >= nt) break;  // uniform
+          int c[4];
+          const uint8_t* yq = xs + (8 * j + g) * kXStride + bi * kAct + 4 + 32 * gi;
+          mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
+          isum[j][0] += c[0] * sg;
+          isum[j][1] += c[1] * sg;
+          isum[j][2] += c[2] * sg8;
+          isum[j][3] += c[3] * sg8;
+        }
+      }
+      const uint8_t* ts = tw + 2 * bi;
+      const float dg = h2f(ld16(ts)), dg8 = h2f(ld16(ts + 8 * kTail));
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if (j >= nt) break;
+        const float yda = *reinterpret_cast<const float*>(xs + (8 * j + 2 * t) * kXStride + bi * kAct);
+        const float ydc = *reinterpret_cast<const float*>(xs + (8 * j + 2 * t + 1) * kXStride + bi * kAct);
+        acc[j][0] = acc[j][0] + (dg * yda) * static_cast<float>(isum[j][0]);
+        acc[j][1] = acc[j][1] + (dg * ydc) * static_cast<float>(isum[j][1]);
+        acc[j][2] = acc[j][2] + (dg8 * yda) * static_cast<float>(isum[j][2]);
+        acc[j][3] = acc[j][3] + (dg8 * ydc) * static_cast<float>(isum[j][3]);
+      }
+    } else {  // Q2_K / Q4_K: matmat_mma_kernel's 32-value parts and min corrections
+      const uint8_t* bg = ws + bi * B;
+      const uint8_t* bg8 = bg + 8 * kWStride;
+      // The scale bytes of rows g, g + 8 as words, read once per block (4 bytes per
+      // shared-memory read) and unpacked as matmat_mma_kernel does: Q2_K bytes 0..15
+      // (scale | min << 4), Q4_K bytes 4..15 (k_part's 6-bit scales and mins).
+      constexpr int kSw = T == kQ2_K ? 4 : 3, kSo = T == kQ2_K ? 0 : 4;
+      uint32_t sw[kSw], sw8[kSw];
+#pragma unroll
+      for (int i = 0; i < kSw; ++i) {
+        sw[i] = static_cast<uint32_t>(ld32(bg + kSo + 4 * i));
+        sw8[i] = static_cast<uint32_t>(ld32(bg8 + kSo + 4 * i));
+      }
+      auto sbyte = [](const uint32_t(&w)[kSw], int i) { return static_cast<int>((w[i >> 2] >> (8 * (i & 3))) & 0xff); };
+#pragma unroll
+      for (int part = 0; part < 8; ++part) {
+        int av[4];
+        int sg = 1, sg8 = 1;
+        if constexpr (T == kQ2_K) {
+          const int off = 16 + 32 * (part / 4) + 4 * t, shift = 2 * (part % 4);
+          const int s0 = sbyte(sw, 2 * part) & 15, s1 = sbyte(sw, 2 * part + 1) & 15;
+          const int t0 = sbyte(sw8, 2 * part) & 15, t1 = sbyte(sw8, 2 * part + 1) & 15;
+          av[0] = ((ld32(bg + off) >> shift) & 0x03030303) * s0;
+          av[1] = ((ld32(bg8 + off) >> shift) & 0x03030303) * t0;
+          av[2] = ((ld32(bg + off + 16) >> shift) & 0x03030303) * s1;
+          av[3] = ((ld32(bg8 + off + 16) >> shift) & 0x03030303) * t1;
+        } else {
+          const int off = 16 + 32 * (part / 2) + 4 * t, shift = 4 * (part & 1);
+          av[0] = (ld32(bg + off) >> shift) & 0x0f0f0f0f;
+          av[1] = (ld32(bg8 + off) >> shift) & 0x0f0f0f0f;
+          av[2] = (ld32(bg + off + 16) >> shift) & 0x0f0f0f0f;
+          av[3] = (ld32(bg8 + off + 16) >> shift) & 0x0f0f0f0f;
+          auto sc_of = [&](const uint32_t(&w)[kSw]) {  // the sub-block's 6-bit scale
+            return part < 4 ? (sbyte(w, part) & 63) : ((sbyte(w, part + 4) & 15) | ((sbyte(w, part - 4) >> 6) << 4));
+          };
+          sg = sc_of(sw);
+          sg8 = sc_of(sw8);
+        }
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          if (j >= nt) break;  // uniform
+          int c[4];
+          const uint8_t* yq = xs + (8 * j + g) * kXStride + bi * kAct + 4 + 32 * part;
+          mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
+          if constexpr (T == kQ2_K) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) isum[j][i] += c[i];
+          } else {
+            isum[j][0] += sg * c[0];
+            isum[j][1] += sg * c[1];
+            isum[j][2] += sg8 * c[2];
+            isum[j][3] += sg8 * c[3];
+          }
+        }
+      }
+      const int off = T == kQ2_K ? 80 : 0;  // d, dmin
+      const float wd[2] = {h2f(ld16(bg + off)), h2f(ld16(bg8 + off))};
+      const float wm[2] = {h2f(ld16(bg + off + 2)), h2f(ld16(bg8 + off + 2))};
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        if (j >= nt) break;
+        const uint8_t* ya = xs + (8 * j + 2 * t) * kXStride + bi * kAct;
+        const uint8_t* yc = ya + kXStride;
+        // Min corrections (exact integers, so the pairing of terms is free): Q2_K
+        // sum_q bsums_q * (sc_q >> 4) over 16 sub-blocks; Q4_K sum_q mn_q * (bsums_2q +
+        // bsums_2q+1) over 8. bsums 2q, 2q+1 are one 4-byte word.
+        int summs[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const short2 pa = *reinterpret_cast<const short2*>(ya + 260 + 4 * q);
+          const short2 pc = *reinterpret_cast<const short2*>(yc + 260 + 4 * q);
+          if constexpr (T == kQ2_K) {
+            const int m0 = sbyte(sw, 2 * q) >> 4, m1 = sbyte(sw, 2 * q + 1) >> 4;
+            const int n0 = sbyte(sw8, 2 * q) >> 4, n1 = sbyte(sw8, 2 * q + 1) >> 4;
+            summs[0] += pa.x * m0 + pa.y * m1;
+            summs[1] += pc.x * m0 + pc.y * m1;
+            summs[2] += pa.x * n0 + pa.y * n1;
+            summs[3] += pc.x * n0 + pc.y * n1;
+          } else {
+            auto mn_of = [&](const uint32_t(&w)[kSw]) {
+              return q < 4 ? (sbyte(w, q + 4) & 63) : ((sbyte(w, q + 4) >> 4) | ((sbyte(w, q) >> 6) << 4));
+            };
+            const int m = mn_of(sw), m8 = mn_of(sw8);
+            summs[0] += m * (pa.x + pa.y);
+            summs[1] += m * (pc.x + pc.y);
+            summs[2] += m8 * (pa.x + pa.y);
+            summs[3] += m8 * (pc.x + pc.y);
+          }
+        }
+        const float yda = *reinterpret_cast<const float*>(ya), ydc = *reinterpret_cast<const float*>(yc);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float yd = (i & 1) ? ydc : yda;
+          const float dall = yd * wd[i >> 1], dmin = yd * wm[i >> 1];
+          acc[j][i] = acc[j][i] + (dall * static_cast<float>(isum[j][i]) - dmin * static_cast<float>(summs[i]));
+        }
+      }
+    }
+  }
+}
+
 template <uint32_t T, int kNT>
 __global__ void __launch_bounds__(kMqWarps * 32) matmat_staged_kernel(MatmatArgs a) {
   pdl_wait();
@@ -1939,6 +2088,160 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_staged_kernel(MatmatArgs
           if (j < nt && r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = v;
         }
     }
+  }
+}
+
+// Expert-list matmat with each weight decoded once per expert and chunk (up to 8 * kG tokens).
+// matmat_staged_kernel decodes every A fragment once per pass of NT <= 2 token tiles, and the
+// decode (IQ2_XXS grid lookups and signs, Q2_K codes x scales) is most of its instructions: an
+// expert's ~48 tokens at 2048-token chunks take 3 passes, i.e. 3 decodes and 3 weight fetches.
+// This kernel is the same K-tile step (sg_tile) with a pass of G = kG token tiles: a block of kW
+// warps takes 16 * kW rows of one expert, every decoded fragment (4 registers per lane, each
+// lane decodes only its own fragment words, so nothing is decoded twice within a pass) feeds G
+// MMAs, and acc[G][4] per lane persists over the K loop. Loop order: passes of 8 * kG tokens
+// (one for an expert with <= 8 * kG tokens; more re-decode the weights once per pass), K tiles
+// of kSgBlk blocks ascending within each pass. The steps (pass, K tile) form one flat
+// double-buffered cp.async pipeline, so the next pass's first tile (and its token pointers, two
+// buffers by pass parity) is fetched while the current pass's last tile is computed.
+// Why registers rather than decoded int8 fragments in shared memory: a fragment is needed by the
+// G MMAs of the same part right after its decode, so holding it in registers costs nothing; a
+// shared-memory copy would add a store and G loads per fragment and 16 KB per 64 rows and block
+// without removing any decode. The limit on G is the stage's activations (8 * G tokens x 1168
+// bytes), hence the wider blocks (kW = 8) that share them between more rows.
+// Bit identity: per output, the same integer MMA sums, integer scale products and float steps
+// as matmat_staged_kernel / matmat_mma_kernel, blocks in ascending order into the same
+// accumulator (K tiles ascending, blocks ascending within a tile); only which pass a token
+// falls in and the order between different outputs change.
+template <uint32_t T, int kG, int kW>
+struct Pd {
+  static constexpr int G = kG;
+  static constexpr int kRows = 16 * kW;
+  static constexpr int kTok = 8 * kG;
+  static constexpr int kAct = ActFmt<T>::kBytes;
+  static constexpr int kWBytes = kSgBlk * payload_bytes<T>();
+  static constexpr int kWStride = (kWBytes / 16) % 2 ? kWBytes : kWBytes + 16;
+  static constexpr int kTail = kSgBlk * tail_bytes<T>();
+  static constexpr int kXStride = kSgBlk * kAct;
+  static constexpr int kT = kRows * kWStride;
+  static constexpr int kX = kT + (kRows * kTail + 15) / 16 * 16;
+  static constexpr int kStage = kX + kTok * kXStride;
+  // Dynamic shared memory: [IQ2_XXS grid] [row pointers] [token pointers x 2] [stage 0] [stage 1].
+  static constexpr int kTab = T == kIQ2_XXS ? static_cast<int>(sizeof(Tables)) : 0;
+  static constexpr int kPtr = kTab + (kRows + 2 * kTok) * 8;
+  static constexpr int kStages = (kPtr + 15) / 16 * 16;
+  static constexpr size_t kSmem = static_cast<size_t>(kStages) + 2 * static_cast<size_t>(kStage);
+  static_assert(kWBytes % 16 == 0 && kXStride % 16 == 0 && (kXStride / 16) % 2 == 1 && kStage % 16 == 0,
+                "staged rows must be 16-byte copies at an odd multiple of 16 bytes");
+  static_assert(kSmem <= 227 * 1024, "predecode stages exceed a block's shared memory");
+};
+
+template <uint32_t T, int kG, int kW>
+__global__ void __launch_bounds__(kW * 32) matmat_predecode_kernel(MatmatArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  using L = Pd<T, kG, kW>;
+  constexpr int G = L::G, B = payload_bytes<T>(), kAct = L::kAct;
+  extern __shared__ __align__(16) uint8_t pd_smem[];
+  const Tables& tab = *reinterpret_cast<const Tables*>(pd_smem);
+  const uint8_t** wp = reinterpret_cast<const uint8_t**>(pd_smem + L::kTab);  // the block's rows
+  const uint8_t** xp = wp + L::kRows;  // pass p's tokens at xp + (p & 1) * kTok
+  uint8_t* stages = pd_smem + L::kStages;
+  const int grp = blockIdx.y;
+  const int n = a.cnt[grp];
+  const int64_t rb = static_cast<int64_t>(blockIdx.x) * L::kRows;
+  if (n <= 0 || rb >= a.n_rows) return;  // whole block
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  if constexpr (T == kIQ2_XXS) {
+    Tables& tw = *reinterpret_cast<Tables*>(pd_smem);
+    for (int i = tid; i < 256; i += blockDim.x) tw.grid[i] = c_iq2_grid[i];
+  }
+  for (int i = tid; i < L::kRows; i += blockDim.x) {  // rows past the end read the last row, not written
+    const int64_t r = rb + i < a.n_rows ? rb + i : a.n_rows - 1;
+    wp[i] = a.w + static_cast<size_t>(a.row0 + grp * a.group_rows + r) * a.row_bytes;
+  }
+  const int64_t r0 = rb + 16 * warp;
+  const bool live = r0 < a.n_rows;  // warps past the rows still copy and synchronise
+  const int64_t nblk = a.cols / Fmt<T>::kVals;
+  const int nkt = static_cast<int>(nblk / kSgBlk);
+  const int npass = (n + L::kTok - 1) / L::kTok;
+  const int nsteps = npass * nkt;
+  const int32_t* list = a.list ? a.list + grp * a.list_stride : nullptr;
+  auto entry = [&](int k) { return list ? static_cast<int64_t>(list[k]) : static_cast<int64_t>(k); };
+  auto tiles = [&](int p) {  // token tiles of pass p
+    const int left = (n - p * L::kTok + 7) / 8;
+    return left < G ? left : G;
+  };
+  auto fill = [&](int p) {  // pass p's token pointers; tokens past n read the pass's first token, not written
+    const int k0 = p * L::kTok;
+    const uint8_t** dst = xp + (p & 1) * L::kTok;
+    for (int i = tid; i < 8 * tiles(p); i += blockDim.x) {
+      const int64_t e = entry(k0 + i < n ? k0 + i : k0);
+      dst[i] = a.act + static_cast<size_t>((e / a.in_div) * a.in_mul + grp * a.in_gmul) * a.act_stride;
+    }
+  };
+  auto load = [&](int s) {  // step s = (pass s / nkt, K tile s % nkt) into buffer s & 1
+    const int p = s / nkt, kt = s - p * nkt, nt = tiles(p);
+    uint8_t* sb = stages + (s & 1) * L::kStage;
+    const uint8_t* const* xq = xp + (p & 1) * L::kTok;
+    const int64_t b0 = static_cast<int64_t>(kt) * kSgBlk;
+    constexpr int C = L::kWBytes / 16;
+    for (int i = tid; i < L::kRows * C; i += blockDim.x) {
+      const int row = i / C, c = i - row * C;
+      cp_async16(sb + row * L::kWStride + 16 * c, wp[row] + b0 * B + 16 * c);
+    }
+    if constexpr (Split<T>::kOn) {  // the tile's scale fields: after the row's nblk payloads
+      for (int i = tid; i < L::kRows; i += blockDim.x)
+        cp_async8(sb + L::kT + i * L::kTail, wp[i] + nblk * B + b0 * tail_bytes<T>());
+    }
+    constexpr int CX = L::kXStride / 16;
+    for (int i = tid; i < 8 * nt * CX; i += blockDim.x) {
+      const int tok = i / CX, c = i - tok * CX;
+      cp_async16(sb + L::kX + tok * L::kXStride + 16 * c, xq[tok] + b0 * kAct + 16 * c);
+    }
+    cp_async_commit();
+  };
+  fill(0);
+  __syncthreads();  // wp, xp, the grid
+  load(0);
+  float acc[G][4];
+#pragma unroll
+  for (int j = 0; j < G; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int s = 0; s < nsteps; ++s) {
+    const int p = s / nkt, kt = s - p * nkt, nt = tiles(p);
+    if (kt == nkt - 1 && p + 1 < npass) {
+      // The next step starts pass p + 1: its pointer buffer was last read when pass p - 1's
+      // copies were issued, before an earlier step's closing barrier.
+      fill(p + 1);
+      __syncthreads();
+    }
+    if (s + 1 < nsteps) {
+      load(s + 1);
+      cp_async_wait_group<1>();
+    } else {
+      cp_async_wait_group<0>();
+    }
+    __syncthreads();
+    const uint8_t* sb = stages + (s & 1) * L::kStage;
+    if (live)
+      sg_tile<T, G, L::kWStride, L::kTail, L::kXStride>(sb + (16 * warp + g) * L::kWStride,
+                                                        sb + L::kT + (16 * warp + g) * L::kTail, sb + L::kX, nt, g,
+                                                        t, tab, acc);
+    if (kt == nkt - 1) {  // pass p done: its outputs, then fresh accumulators
+      if (live) {
+#pragma unroll
+        for (int j = 0; j < G; ++j)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int64_t r = r0 + g + (i >= 2 ? 8 : 0);
+            const int k = p * L::kTok + 8 * j + 2 * t + (i & 1);
+            const float v = T == kIQ2_XXS ? 0.125f * acc[j][i] : acc[j][i];
+            if (j < nt && r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = v;
+          }
+      }
+#pragma unroll
+      for (int j = 0; j < G; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    }
+    __syncthreads();  // the buffer is refilled two steps on
   }
 }
 
@@ -2167,6 +2470,31 @@ void launch_staged(const MatmatArgs& a, int groups) {
   launch_k(k, grid, kMqWarps * 32, L::kSmem, a);
 }
 
+// DS4_CUDA_MATMAT_PREDECODE=0: expert-list IQ2_XXS / Q2_K / Q4_K prefill matvecs through
+// matmat_staged_kernel (passes of 2 token tiles) instead of matmat_predecode_kernel; =1: the
+// predecode kernel in 64-row blocks (2 blocks per SM: IQ2_XXS 4 token tiles per pass, Q2_K 3);
+// default (=2): 128-row blocks and 6 tiles (48 tokens) for IQ2_XXS and Q2_K (1 block per SM);
+// =3: IQ2_XXS with 8 tiles (64 tokens, 220 KB, 124 registers; Q2_K's would not fit). Q4_K takes
+// 64 rows x 2 tiles in all. DS4_CUDA_MATMAT_STAGED=1 or 2 also selects the staged kernel (its
+// own comparisons). Returns 0 .. 3.
+int predecode_mode() {
+  static const int mode = [] {
+    const char* v = std::getenv("DS4_CUDA_MATMAT_PREDECODE");
+    return v && (v[0] == '0' || v[0] == '1' || v[0] == '3') ? v[0] - '0' : 2;
+  }();
+  return mode;
+}
+
+template <uint32_t T, int kG, int kW>
+void launch_predecode(const MatmatArgs& a, int groups) {
+  using L = Pd<T, kG, kW>;
+  auto* k = matmat_predecode_kernel<T, kG, kW>;
+  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kSmem));
+  cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  const dim3 grid(static_cast<unsigned>((a.n_rows + L::kRows - 1) / L::kRows), static_cast<unsigned>(groups));
+  launch_k(k, grid, kW * 32, L::kSmem, a);
+}
+
 // Compute capability >= 8.0 on the current device (integer mma.sync).
 bool has_int8_mma() {
   int dev = 0, major = 0;
@@ -2218,7 +2546,13 @@ void launch_matmat(const MatmatArgs& a, int groups) {
         if (a.cnt && mode != 0 && a.cols % (kSgBlk * Fmt<T>::kVals) == 0 && a.row_bytes % 16 == 0 &&
             reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.act_stride % 16 == 0 &&
             reinterpret_cast<uintptr_t>(a.act) % 16 == 0) {
-          if constexpr (T == kIQ2_XXS) {
+          const int pmode = mode < 0 ? predecode_mode() : 0;
+          if (pmode != 0) {
+            if constexpr (T == kQ4_K) launch_predecode<T, 2, 4>(a, groups);
+            else if (pmode == 1) launch_predecode<T, T == kIQ2_XXS ? 4 : 3, 4>(a, groups);
+            else if (pmode == 3) launch_predecode<T, T == kIQ2_XXS ? 8 : 6, 8>(a, groups);
+            else launch_predecode<T, 6, 8>(a, groups);
+          } else if constexpr (T == kIQ2_XXS) {
             launch_staged<T, staged_tiles<T>()>(a, groups);
           } else {
             if ((mode < 0 ? staged_tiles<T>() : mode) == 1) launch_staged<T, 1>(a, groups);
