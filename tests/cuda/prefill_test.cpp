@@ -64,7 +64,7 @@ std::vector<T> down(const cuda::DeviceArray<T>& d) {
 // Dense, grouped-input and expert-list matmat against per-token matvec launches, every weight
 // type, 45 tokens (two passes of 32), rows not a multiple of the block's 8 and columns ending in
 // a partial staging chunk (4864: 19 super-blocks) or in whole K tiles of 4 super-blocks (4096:
-// the staged / predecode expert-list kernels, with ~27 tokens per expert, or 117 tokens per
+// the staged (predecode) expert-list kernel, with ~27 tokens per expert, or 117 tokens per
 // expert: passes of up to 48 or 64 tokens, the last partial; and 40 or 100 rows per expert:
 // blocks of 64 or 128 rows with partly or wholly idle warps).
 TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
@@ -137,7 +137,7 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
     }
     // Experts by list: token k's slots select U distinct experts of E; entry k*U + s. The second
     // case gives each of 2 experts all 117 tokens: several passes of the predecode kernel (the
-    // last partial), and the staged kernel's passes.
+    // last partial).
     struct ExpertCase {
       int n, U, E;
     };

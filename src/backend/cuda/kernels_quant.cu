@@ -1664,19 +1664,14 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
   }
 }
 
-// Expert-list matmat (a.cnt) of IQ2_XXS / Q2_K / Q4_K staged through shared memory. A block of
-// kMqWarps warps takes 64 rows (16 per warp, as matmat_mma_kernel's own_rows) of one expert
-// (grid.y) and that expert's tokens in passes of 8 * NT (NT token tiles of 8). Per pass, K runs in
-// tiles of kSgBlk super-blocks; each tile's weight payloads (64 rows x kSgBlk blocks, contiguous
-// per row), the IQ2_XXS scale fields (kSgBlk f16 per row) and the pass's Q8_K activation blocks
-// (8 * NT tokens x kSgBlk blocks, contiguous per token) are copied by 16-byte cp.async (scales
-// 8-byte), double buffered. Rows are staged at a stride that is an odd multiple of 16 bytes, so
-// a fragment read of 8 rows (or 8 tokens) x 4 lanes hits 32 distinct banks. (The direct kernel
-// reads every fragment from global memory, 8 rows x 4-8 bytes per load: bound by L1 wavefronts.)
-// Bit identity: every block b runs matmat_mma_kernel's per-block steps unchanged (the same exact
-// integer MMA sums and integer scale products, then the same float expressions, blocks in order
-// into the same accumulators); only the addresses the bytes come from change. Launched only when
-// the block count is a multiple of kSgBlk (no partial K tile; it is also what makes every Q8_K
+// Expert-list matmat (a.cnt) of IQ2_XXS / Q2_K / Q4_K staged through shared memory (below:
+// sg_tile, matmat_predecode_kernel). K runs in tiles of kSgBlk super-blocks; each tile's weight
+// payloads (contiguous per row), the IQ2_XXS scale fields (kSgBlk f16 per row) and the pass's
+// Q8_K activation blocks (contiguous per token) are copied by 16-byte cp.async (scales 8-byte),
+// double buffered, at a stride that is an odd multiple of 16 bytes, so a fragment read of 8 rows
+// (or 8 tokens) x 4 lanes hits 32 distinct banks. (matmat_mma_kernel reads every fragment from
+// global memory, 8 rows x 4-8 bytes per load: bound by L1 wavefronts.) Launched only when the
+// block count is a multiple of kSgBlk (no partial K tile; it is also what makes every Q8_K
 // activation row 16-byte aligned: 4 * 292 = 73 * 16) and rows and bases are 16-byte aligned.
 constexpr int kSgBlk = 4;
 
@@ -1687,42 +1682,11 @@ __host__ __device__ constexpr int tail_bytes() {
   else return 0;
 }
 
-// Token tiles per pass by default: IQ2_XXS as matmat_mma_kernel; Q2_K 2 (an expert's ~12 tokens
-// in one pass, so its weights are staged once; 81 KB of shared memory, 2 blocks per SM); Q4_K 1
-// (2 tiles would take 113 KB, 1 block per SM). DS4_CUDA_MATMAT_STAGED=1 or 2 sets the K-quants'.
-template <uint32_t T>
-__host__ __device__ constexpr int staged_tiles() {
-  return T == kIQ2_XXS ? kMqTiles : T == kQ2_K ? 2 : 1;
-}
-
-template <uint32_t T, int kNT>
-struct Sg {
-  static constexpr int NT = kNT;
-  static constexpr int kRows = 16 * kMqWarps;
-  static constexpr int kTok = 8 * NT;
-  static constexpr int kAct = ActFmt<T>::kBytes;
-  static constexpr int kWBytes = kSgBlk * payload_bytes<T>();  // per row and tile
-  static constexpr int kWStride = (kWBytes / 16) % 2 ? kWBytes : kWBytes + 16;
-  static constexpr int kTail = kSgBlk * tail_bytes<T>();                      // scale bytes per row
-  static constexpr int kXStride = kSgBlk * kAct;                               // 1168 = 73 * 16
-  static constexpr int kT = kRows * kWStride;                                  // offsets in a stage
-  static constexpr int kX = kT + (kRows * kTail + 15) / 16 * 16;
-  static constexpr int kStage = kX + kTok * kXStride;
-  // Dynamic shared memory: [IQ2_XXS grid] [row pointers] [token pointers] [stage 0] [stage 1].
-  static constexpr int kTab = T == kIQ2_XXS ? static_cast<int>(sizeof(Tables)) : 0;
-  static constexpr int kPtr = kTab + (kRows + kTok) * 8;
-  static constexpr int kStages = (kPtr + 15) / 16 * 16;
-  static constexpr size_t kSmem = static_cast<size_t>(kStages) + 2 * static_cast<size_t>(kStage);
-  static_assert(kWBytes % 16 == 0 && kXStride % 16 == 0 && (kXStride / 16) % 2 == 1 && kStage % 16 == 0,
-                "staged rows must be 16-byte copies at an odd multiple of 16 bytes");
-};
-
 // One staged K tile (kSgBlk blocks) of a warp's 16 rows against nt <= NT token tiles of 8:
 // ws = the warp's row g in the stage's weights, tw = its scale fields (IQ2_XXS), xs = the
 // stage's activations (token 8j + i at i * kXStride). Every decoded A fragment feeds the nt
-// MMAs; each block's float steps go into acc[j] in block order (matmat_mma_kernel's). The same
-// statements as matmat_staged_kernel's K-tile body, which keeps its inline copy: calling this
-// there changed its register allocation (Q2_K: a spill), and it is the A/B reference.
+// MMAs; each block's integer sums and float steps are matmat_mma_kernel's, into acc[j] in block
+// order, so results equal matvec bit for bit.
 template <uint32_t T, int NT, int kWStride, int kTail, int kXStride>
 __device__ __forceinline__ void sg_tile(const uint8_t* ws, const uint8_t* tw, const uint8_t* xs, int nt, int g, int t,
                                         const Tables& tab, float (&acc)[NT][4]) {
@@ -1866,235 +1830,10 @@ __device__ __forceinline__ void sg_tile(const uint8_t* ws, const uint8_t* tw, co
   }
 }
 
-template <uint32_t T, int kNT>
-__global__ void __launch_bounds__(kMqWarps * 32) matmat_staged_kernel(MatmatArgs a) {
-  pdl_wait();
-  pdl_trigger();
-  using L = Sg<T, kNT>;
-  constexpr int NT = L::NT, B = payload_bytes<T>(), kAct = L::kAct;
-  extern __shared__ __align__(16) uint8_t sg_smem[];
-  const Tables& tab = *reinterpret_cast<const Tables*>(sg_smem);
-  const uint8_t** wp = reinterpret_cast<const uint8_t**>(sg_smem + L::kTab);  // the block's 64 rows
-  const uint8_t** xp = wp + L::kRows;                                         // the pass's tokens
-  uint8_t* stages = sg_smem + L::kStages;
-  const int grp = blockIdx.y;
-  const int n = a.cnt[grp];
-  const int64_t rb = static_cast<int64_t>(blockIdx.x) * L::kRows;
-  if (n <= 0 || rb >= a.n_rows) return;  // whole block
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  if constexpr (T == kIQ2_XXS) {
-    Tables& tw = *reinterpret_cast<Tables*>(sg_smem);
-    for (int i = tid; i < 256; i += blockDim.x) tw.grid[i] = c_iq2_grid[i];
-  }
-  for (int i = tid; i < L::kRows; i += blockDim.x) {  // rows past the end read the last row, not written
-    const int64_t r = rb + i < a.n_rows ? rb + i : a.n_rows - 1;
-    wp[i] = a.w + static_cast<size_t>(a.row0 + grp * a.group_rows + r) * a.row_bytes;
-  }
-  const int64_t r0 = rb + 16 * warp;
-  const bool live = r0 < a.n_rows;  // warps past the rows still copy and synchronise
-  const int64_t nblk = a.cols / Fmt<T>::kVals;
-  const int nkt = static_cast<int>(nblk / kSgBlk);
-  const int32_t* list = a.list ? a.list + grp * a.list_stride : nullptr;
-  auto entry = [&](int k) { return list ? static_cast<int64_t>(list[k]) : static_cast<int64_t>(k); };
-  for (int k0 = 0; k0 < n; k0 += L::kTok) {
-    const int nt = (n - k0 + 7) / 8 < NT ? (n - k0 + 7) / 8 : NT;
-    for (int i = tid; i < 8 * nt; i += blockDim.x) {  // tokens past n read token k0, not written
-      const int64_t e = entry(k0 + i < n ? k0 + i : k0);
-      xp[i] = a.act + static_cast<size_t>((e / a.in_div) * a.in_mul + grp * a.in_gmul) * a.act_stride;
-    }
-    __syncthreads();  // xp, wp, the grid (the previous pass's reads ended with a barrier)
-    auto load = [&](int kt, uint8_t* sb) {
-      const int64_t b0 = static_cast<int64_t>(kt) * kSgBlk;
-      constexpr int C = L::kWBytes / 16;
-      for (int i = tid; i < L::kRows * C; i += blockDim.x) {
-        const int row = i / C, c = i - row * C;
-        cp_async16(sb + row * L::kWStride + 16 * c, wp[row] + b0 * B + 16 * c);
-      }
-      if constexpr (Split<T>::kOn) {  // the tile's scale fields: after the row's nblk payloads
-        for (int i = tid; i < L::kRows; i += blockDim.x)
-          cp_async8(sb + L::kT + i * L::kTail, wp[i] + nblk * B + b0 * tail_bytes<T>());
-      }
-      constexpr int CX = L::kXStride / 16;
-      for (int i = tid; i < 8 * nt * CX; i += blockDim.x) {
-        const int tok = i / CX, c = i - tok * CX;
-        cp_async16(sb + L::kX + tok * L::kXStride + 16 * c, xp[tok] + b0 * kAct + 16 * c);
-      }
-      cp_async_commit();
-    };
-    float acc[NT][4];
-#pragma unroll
-    for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-    load(0, stages);
-    for (int kt = 0; kt < nkt; ++kt) {
-      if (kt + 1 < nkt) {
-        load(kt + 1, stages + ((kt + 1) & 1) * L::kStage);
-        cp_async_wait_group<1>();
-      } else {
-        cp_async_wait_group<0>();
-      }
-      __syncthreads();
-      const uint8_t* sb = stages + (kt & 1) * L::kStage;
-      const uint8_t* ws = sb + (16 * warp + g) * L::kWStride;  // row g of the warp; g + 8 at 8 strides
-      const uint8_t* xs = sb + L::kX;
-      if (live) {
-        for (int bi = 0; bi < kSgBlk; ++bi) {
-          int isum[NT][4];
-#pragma unroll
-          for (int j = 0; j < NT; ++j) isum[j][0] = isum[j][1] = isum[j][2] = isum[j][3] = 0;
-          if constexpr (T == kIQ2_XXS) {
-            const uint8_t* bg = ws + bi * B;
-#pragma unroll
-            for (int gi = 0; gi < 8; ++gi) {
-              const uint2 qg = *reinterpret_cast<const uint2*>(bg + 8 * gi);
-              const uint2 qg8 = *reinterpret_cast<const uint2*>(bg + 8 * L::kWStride + 8 * gi);
-              const int e = t >> 1, h = t & 1;
-              const int av[4] = {iq2_word(qg.x, qg.y, e, h, tab), iq2_word(qg8.x, qg8.y, e, h, tab),
-                                 iq2_word(qg.x, qg.y, 2 + e, h, tab), iq2_word(qg8.x, qg8.y, 2 + e, h, tab)};
-              const int sg = static_cast<int>(2 * (qg.y >> 28) + 1), sg8 = static_cast<int>(2 * (qg8.y >> 28) + 1);
-#pragma unroll
-              for (int j = 0; j < NT; ++j) {
-                if (j >= nt) break;  // uniform
-                int c[4];
-                const uint8_t* yq = xs + (8 * j + g) * L::kXStride + bi * kAct + 4 + 32 * gi;
-                mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
-                isum[j][0] += c[0] * sg;
-                isum[j][1] += c[1] * sg;
-                isum[j][2] += c[2] * sg8;
-                isum[j][3] += c[3] * sg8;
-              }
-            }
-            const uint8_t* ts = sb + L::kT + (16 * warp + g) * L::kTail + 2 * bi;
-            const float dg = h2f(ld16(ts)), dg8 = h2f(ld16(ts + 8 * L::kTail));
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-              if (j >= nt) break;
-              const float yda = *reinterpret_cast<const float*>(xs + (8 * j + 2 * t) * L::kXStride + bi * kAct);
-              const float ydc = *reinterpret_cast<const float*>(xs + (8 * j + 2 * t + 1) * L::kXStride + bi * kAct);
-              acc[j][0] = acc[j][0] + (dg * yda) * static_cast<float>(isum[j][0]);
-              acc[j][1] = acc[j][1] + (dg * ydc) * static_cast<float>(isum[j][1]);
-              acc[j][2] = acc[j][2] + (dg8 * yda) * static_cast<float>(isum[j][2]);
-              acc[j][3] = acc[j][3] + (dg8 * ydc) * static_cast<float>(isum[j][3]);
-            }
-          } else {  // Q2_K / Q4_K: matmat_mma_kernel's 32-value parts and min corrections
-            const uint8_t* bg = ws + bi * B;
-            const uint8_t* bg8 = bg + 8 * L::kWStride;
-            // The scale bytes of rows g, g + 8 as words, read once per block (4 bytes per
-            // shared-memory read) and unpacked as matmat_mma_kernel does: Q2_K bytes 0..15
-            // (scale | min << 4), Q4_K bytes 4..15 (k_part's 6-bit scales and mins).
-            constexpr int kSw = T == kQ2_K ? 4 : 3, kSo = T == kQ2_K ? 0 : 4;
-            uint32_t sw[kSw], sw8[kSw];
-#pragma unroll
-            for (int i = 0; i < kSw; ++i) {
-              sw[i] = static_cast<uint32_t>(ld32(bg + kSo + 4 * i));
-              sw8[i] = static_cast<uint32_t>(ld32(bg8 + kSo + 4 * i));
-            }
-            auto sbyte = [](const uint32_t(&w)[kSw], int i) { return static_cast<int>((w[i >> 2] >> (8 * (i & 3))) & 0xff); };
-#pragma unroll
-            for (int part = 0; part < 8; ++part) {
-              int av[4];
-              int sg = 1, sg8 = 1;
-              if constexpr (T == kQ2_K) {
-                const int off = 16 + 32 * (part / 4) + 4 * t, shift = 2 * (part % 4);
-                const int s0 = sbyte(sw, 2 * part) & 15, s1 = sbyte(sw, 2 * part + 1) & 15;
-                const int t0 = sbyte(sw8, 2 * part) & 15, t1 = sbyte(sw8, 2 * part + 1) & 15;
-                av[0] = ((ld32(bg + off) >> shift) & 0x03030303) * s0;
-                av[1] = ((ld32(bg8 + off) >> shift) & 0x03030303) * t0;
-                av[2] = ((ld32(bg + off + 16) >> shift) & 0x03030303) * s1;
-                av[3] = ((ld32(bg8 + off + 16) >> shift) & 0x03030303) * t1;
-              } else {
-                const int off = 16 + 32 * (part / 2) + 4 * t, shift = 4 * (part & 1);
-                av[0] = (ld32(bg + off) >> shift) & 0x0f0f0f0f;
-                av[1] = (ld32(bg8 + off) >> shift) & 0x0f0f0f0f;
-                av[2] = (ld32(bg + off + 16) >> shift) & 0x0f0f0f0f;
-                av[3] = (ld32(bg8 + off + 16) >> shift) & 0x0f0f0f0f;
-                auto sc_of = [&](const uint32_t(&w)[kSw]) {  // the sub-block's 6-bit scale
-                  return part < 4 ? (sbyte(w, part) & 63) : ((sbyte(w, part + 4) & 15) | ((sbyte(w, part - 4) >> 6) << 4));
-                };
-                sg = sc_of(sw);
-                sg8 = sc_of(sw8);
-              }
-#pragma unroll
-              for (int j = 0; j < NT; ++j) {
-                if (j >= nt) break;  // uniform
-                int c[4];
-                const uint8_t* yq = xs + (8 * j + g) * L::kXStride + bi * kAct + 4 + 32 * part;
-                mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
-                if constexpr (T == kQ2_K) {
-#pragma unroll
-                  for (int i = 0; i < 4; ++i) isum[j][i] += c[i];
-                } else {
-                  isum[j][0] += sg * c[0];
-                  isum[j][1] += sg * c[1];
-                  isum[j][2] += sg8 * c[2];
-                  isum[j][3] += sg8 * c[3];
-                }
-              }
-            }
-            const int off = T == kQ2_K ? 80 : 0;  // d, dmin
-            const float wd[2] = {h2f(ld16(bg + off)), h2f(ld16(bg8 + off))};
-            const float wm[2] = {h2f(ld16(bg + off + 2)), h2f(ld16(bg8 + off + 2))};
-#pragma unroll
-            for (int j = 0; j < NT; ++j) {
-              if (j >= nt) break;
-              const uint8_t* ya = xs + (8 * j + 2 * t) * L::kXStride + bi * kAct;
-              const uint8_t* yc = ya + L::kXStride;
-              // Min corrections (exact integers, so the pairing of terms is free): Q2_K
-              // sum_q bsums_q * (sc_q >> 4) over 16 sub-blocks; Q4_K sum_q mn_q * (bsums_2q +
-              // bsums_2q+1) over 8. bsums 2q, 2q+1 are one 4-byte word.
-              int summs[4] = {0, 0, 0, 0};
-#pragma unroll
-              for (int q = 0; q < 8; ++q) {
-                const short2 pa = *reinterpret_cast<const short2*>(ya + 260 + 4 * q);
-                const short2 pc = *reinterpret_cast<const short2*>(yc + 260 + 4 * q);
-                if constexpr (T == kQ2_K) {
-                  const int m0 = sbyte(sw, 2 * q) >> 4, m1 = sbyte(sw, 2 * q + 1) >> 4;
-                  const int n0 = sbyte(sw8, 2 * q) >> 4, n1 = sbyte(sw8, 2 * q + 1) >> 4;
-                  summs[0] += pa.x * m0 + pa.y * m1;
-                  summs[1] += pc.x * m0 + pc.y * m1;
-                  summs[2] += pa.x * n0 + pa.y * n1;
-                  summs[3] += pc.x * n0 + pc.y * n1;
-                } else {
-                  auto mn_of = [&](const uint32_t(&w)[kSw]) {
-                    return q < 4 ? (sbyte(w, q + 4) & 63) : ((sbyte(w, q + 4) >> 4) | ((sbyte(w, q) >> 6) << 4));
-                  };
-                  const int m = mn_of(sw), m8 = mn_of(sw8);
-                  summs[0] += m * (pa.x + pa.y);
-                  summs[1] += m * (pc.x + pc.y);
-                  summs[2] += m8 * (pa.x + pa.y);
-                  summs[3] += m8 * (pc.x + pc.y);
-                }
-              }
-              const float yda = *reinterpret_cast<const float*>(ya), ydc = *reinterpret_cast<const float*>(yc);
-#pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                const float yd = (i & 1) ? ydc : yda;
-                const float dall = yd * wd[i >> 1], dmin = yd * wm[i >> 1];
-                acc[j][i] = acc[j][i] + (dall * static_cast<float>(isum[j][i]) - dmin * static_cast<float>(summs[i]));
-              }
-            }
-          }
-        }
-      }
-      __syncthreads();  // the buffer is refilled two tiles on; xp is rewritten by the next pass
-    }
-    if (live) {
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int64_t r = r0 + g + (i >= 2 ? 8 : 0);
-          const int k = k0 + 8 * j + 2 * t + (i & 1);
-          const float v = T == kIQ2_XXS ? 0.125f * acc[j][i] : acc[j][i];
-          if (j < nt && r < a.n_rows && k < n) a.y[entry(k) * a.y_stride + grp * a.y_gstride + r] = v;
-        }
-    }
-  }
-}
-
-// Expert-list matmat with each weight decoded once per expert and chunk (up to 8 * kG tokens).
-// matmat_staged_kernel decodes every A fragment once per pass of NT <= 2 token tiles, and the
-// decode (IQ2_XXS grid lookups and signs, Q2_K codes x scales) is most of its instructions: an
-// expert's ~48 tokens at 2048-token chunks take 3 passes, i.e. 3 decodes and 3 weight fetches.
+// Weights decoded once per pass of up to 8 * kG tokens: decoding an A fragment (IQ2_XXS grid
+// lookups and signs, Q2_K codes x scales) is most of the instructions, and an expert's ~48 tokens
+// at 2048-token chunks took 3 decodes and 3 weight fetches in passes of 2 token tiles (session 8:
+// gate 2738 -> 2158 us per call, down 2906 -> 2368).
 // This kernel is the same K-tile step (sg_tile) with a pass of G = kG token tiles: a block of kW
 // warps takes 16 * kW rows of one expert, every decoded fragment (4 registers per lane, each
 // lane decodes only its own fragment words, so nothing is decoded twice within a pass) feeds G
@@ -2109,7 +1848,7 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_staged_kernel(MatmatArgs
 // without removing any decode. The limit on G is the stage's activations (8 * G tokens x 1168
 // bytes), hence the wider blocks (kW = 8) that share them between more rows.
 // Bit identity: per output, the same integer MMA sums, integer scale products and float steps
-// as matmat_staged_kernel / matmat_mma_kernel, blocks in ascending order into the same
+// as matmat_mma_kernel, blocks in ascending order into the same
 // accumulator (K tiles ascending, blocks ascending within a tile); only which pass a token
 // falls in and the order between different outputs change.
 template <uint32_t T, int kG, int kW>
@@ -2449,38 +2188,20 @@ bool mma_off() {
 }
 
 // DS4_CUDA_MATMAT_STAGED=0: expert-list IQ2_XXS / Q2_K / Q4_K prefill matvecs through
-// matmat_mma_kernel's direct fragment loads instead of matmat_staged_kernel; =1 or =2: the
-// staged kernel with the K-quants (Q2_K, Q4_K) in passes of 1 or 2 token tiles (comparisons).
-// Returns 0 (off), 1, 2, or -1 (defaults).
-int staged_mode() {
-  static const int mode = [] {
-    const char* v = std::getenv("DS4_CUDA_MATMAT_STAGED");
-    return v && (v[0] == '0' || v[0] == '1' || v[0] == '2') ? v[0] - '0' : -1;
-  }();
-  return mode;
+// matmat_mma_kernel's direct fragment loads instead of the staged matmat_predecode_kernel.
+bool staged_off() {
+  static const bool off = env_zero("DS4_CUDA_MATMAT_STAGED");
+  return off;
 }
 
-template <uint32_t T, int kNT>
-void launch_staged(const MatmatArgs& a, int groups) {
-  using L = Sg<T, kNT>;
-  auto* k = matmat_staged_kernel<T, kNT>;
-  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kSmem));
-  cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-  const dim3 grid(static_cast<unsigned>((a.n_rows + L::kRows - 1) / L::kRows), static_cast<unsigned>(groups));
-  launch_k(k, grid, kMqWarps * 32, L::kSmem, a);
-}
-
-// DS4_CUDA_MATMAT_PREDECODE=0: expert-list IQ2_XXS / Q2_K / Q4_K prefill matvecs through
-// matmat_staged_kernel (passes of 2 token tiles) instead of matmat_predecode_kernel; =1: the
-// predecode kernel in 64-row blocks (2 blocks per SM: IQ2_XXS 4 token tiles per pass, Q2_K 3);
-// default (=2): 128-row blocks and 6 tiles (48 tokens) for IQ2_XXS and Q2_K (1 block per SM);
-// =3: IQ2_XXS with 8 tiles (64 tokens, 220 KB, 124 registers; Q2_K's would not fit). Q4_K takes
-// 64 rows x 2 tiles in all. DS4_CUDA_MATMAT_STAGED=1 or 2 also selects the staged kernel (its
-// own comparisons). Returns 0 .. 3.
+// DS4_CUDA_MATMAT_PREDECODE=1: matmat_predecode_kernel in 64-row blocks (2 blocks per SM:
+// IQ2_XXS 4 token tiles per pass, Q2_K 3); default: 128-row blocks and 6 tiles (48 tokens) for
+// IQ2_XXS and Q2_K (1 block per SM); =3: IQ2_XXS with 8 tiles (64 tokens, 220 KB, 124
+// registers; Q2_K's would not fit). Q4_K takes 64 rows x 2 tiles in all (comparisons).
 int predecode_mode() {
   static const int mode = [] {
     const char* v = std::getenv("DS4_CUDA_MATMAT_PREDECODE");
-    return v && (v[0] == '0' || v[0] == '1' || v[0] == '3') ? v[0] - '0' : 2;
+    return v && (v[0] == '1' || v[0] == '3') ? v[0] - '0' : 2;
   }();
   return mode;
 }
@@ -2540,24 +2261,16 @@ void launch_matmat(const MatmatArgs& a, int groups) {
     if (!mma_off() && !lane_matmat_off() && a.row_bytes % kAlign == 0 && reinterpret_cast<uintptr_t>(a.w) % kAlign == 0 &&
         a.act_stride % 4 == 0 && has_int8_mma()) {
       if constexpr (T == kIQ2_XXS || T == kQ2_K || T == kQ4_K) {
-        // Whole K tiles only (see matmat_staged_kernel); 16-byte aligned rows, payloads and
-        // activation rows for the 16-byte copies.
-        const int mode = staged_mode();
-        if (a.cnt && mode != 0 && a.cols % (kSgBlk * Fmt<T>::kVals) == 0 && a.row_bytes % 16 == 0 &&
+        // Whole K tiles only (see kSgBlk); 16-byte aligned rows, payloads and activation rows
+        // for the 16-byte copies.
+        if (a.cnt && !staged_off() && a.cols % (kSgBlk * Fmt<T>::kVals) == 0 && a.row_bytes % 16 == 0 &&
             reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.act_stride % 16 == 0 &&
             reinterpret_cast<uintptr_t>(a.act) % 16 == 0) {
-          const int pmode = mode < 0 ? predecode_mode() : 0;
-          if (pmode != 0) {
-            if constexpr (T == kQ4_K) launch_predecode<T, 2, 4>(a, groups);
-            else if (pmode == 1) launch_predecode<T, T == kIQ2_XXS ? 4 : 3, 4>(a, groups);
-            else if (pmode == 3) launch_predecode<T, T == kIQ2_XXS ? 8 : 6, 8>(a, groups);
-            else launch_predecode<T, 6, 8>(a, groups);
-          } else if constexpr (T == kIQ2_XXS) {
-            launch_staged<T, staged_tiles<T>()>(a, groups);
-          } else {
-            if ((mode < 0 ? staged_tiles<T>() : mode) == 1) launch_staged<T, 1>(a, groups);
-            else launch_staged<T, 2>(a, groups);
-          }
+          const int pmode = predecode_mode();
+          if constexpr (T == kQ4_K) launch_predecode<T, 2, 4>(a, groups);
+          else if (pmode == 1) launch_predecode<T, T == kIQ2_XXS ? 4 : 3, 4>(a, groups);
+          else if (pmode == 3) launch_predecode<T, T == kIQ2_XXS ? 8 : 6, 8>(a, groups);
+          else launch_predecode<T, 6, 8>(a, groups);
           return;
         }
       }
