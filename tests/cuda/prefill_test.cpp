@@ -185,53 +185,18 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "experts, in_div " << in_div << ", FF " << FF;
     }
   }
-  // Dense Q8_0 over several of matmat_q8_tiled_kernel's 64-row x 64-token tiles, the last of each
-  // partial (200 rows, 150 tokens; 19 K tiles of 256 values), dense and with 2 grouped inputs.
-  {
-    const int n2 = 150, G2 = 2;
-    const int64_t R2 = 200, cols = 4864;
-    const auto t = static_cast<uint32_t>(GgmlType::Q8_0);
-    const auto wh = random_matrix(GgmlType::Q8_0, R2 * G2, cols, 31);
-    cuda::DeviceArray<uint8_t> wd(wh.size());
-    wd.upload(wh.data(), wh.size());
-    const cuda::DevMatrix w{t, wd.get(), cols, R2 * G2, quant::row_bytes(GgmlType::Q8_0, cols)};
-    cuda::to_device_layout(w);
-    const auto xh = random_vec(static_cast<size_t>(n2) * G2 * cols, 37);
-    cuda::DeviceArray<float> x(xh.size());
-    x.upload(xh.data(), xh.size());
-    cuda::DeviceArray<uint8_t> act(cuda::act_row_bytes(t, cols) * n2 * G2 + 64);
-    cuda::DeviceArray<uint8_t> act1(cuda::act_row_bytes(t, cols) * G2 + 64);
-    for (const int groups : {1, G2}) {
-      SCOPED_TRACE(groups);
-      cuda::DeviceArray<float> y(static_cast<size_t>(n2) * groups * R2), ref(static_cast<size_t>(n2) * groups * R2);
-      cuda::MatmatOp o;
-      o.w = &w;
-      o.n_rows = R2;
-      o.group_rows = R2;
-      o.groups = groups;
-      o.n_tok = n2;
-      o.in_mul = groups;
-      o.in_gmul = 1;
-      o.x = x.get();
-      o.x_stride = cols;
-      o.n_in = n2 * groups;
-      o.y = y.get();
-      o.y_stride = groups * R2;
-      o.y_gstride = R2;
-      o.act = act.get();
-      cuda::matmat(o);
-      for (int k = 0; k < n2; ++k)
-        cuda::matvec(w, 0, R2, R2, nullptr, groups, x.get() + k * groups * cols, cols, ref.get() + k * groups * R2, R2,
-                     act1.get());
-      const auto a = down(y), b = down(ref);
-      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "dense Q8_0 tiles, groups " << groups;
-    }
-  }
-  // Dense float formats over several of matmat_float_tiled_kernel's 32-row x 32-token tiles, the
-  // last of each partial (200 rows, 150 tokens), dense and with 2 grouped inputs; columns whole
-  // 64-column chunks (4864) and a last chunk of 16 (4880) or 48 (4912).
-  for (const int64_t cols : {int64_t{4864}, int64_t{4880}, int64_t{4912}})
-  for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+  // Dense Q8_0 and float formats over several tiles of the tiled kernels (Q8_0 64 rows x 64
+  // tokens, 19 K tiles of 256 values; float 32 x 32 in 64-column chunks), the last of each tile
+  // partial (200 rows, 150 tokens), dense and with 2 grouped inputs; the float formats also with
+  // a last chunk of 16 (4880) or 48 (4912) columns.
+  struct TileCase {
+    GgmlType type;
+    int64_t cols;
+  };
+  std::vector<TileCase> tile_cases{{GgmlType::Q8_0, 4864}};
+  for (const int64_t c : {int64_t{4864}, int64_t{4880}, int64_t{4912}})
+    for (const GgmlType ty : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) tile_cases.push_back({ty, c});
+  for (const auto& [type, cols] : tile_cases) {
     SCOPED_TRACE(static_cast<int>(type));
     SCOPED_TRACE(cols);
     const int n2 = 150, G2 = 2;
@@ -270,7 +235,7 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
         cuda::matvec(w, 0, R2, R2, nullptr, groups, x.get() + k * groups * cols, cols, ref.get() + k * groups * R2, R2,
                      act1.get());
       const auto a = down(y), b = down(ref);
-      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "dense float tiles, groups " << groups;
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "dense tiles, groups " << groups;
     }
   }
 }
