@@ -61,6 +61,35 @@ std::vector<T> down(const cuda::DeviceArray<T>& d) {
   return h;
 }
 
+// Grouped-input matmat (the attention output projection's form: group g of token k reads input
+// row k*groups + g and weight rows g*R ..; y[k][g*R + r]) against per-token matvec launches, bit
+// for bit. x holds n * groups rows of cols floats; act / act1 are the quantized-activation
+// scratch for n * groups and groups rows.
+void expect_grouped_matmat_equals_matvecs(const cuda::DevMatrix& w, int64_t R, int groups, int n, const float* x,
+                                          int64_t cols, uint8_t* act, uint8_t* act1, const std::string& what) {
+  cuda::DeviceArray<float> y(static_cast<size_t>(n) * groups * R), ref(static_cast<size_t>(n) * groups * R);
+  cuda::MatmatOp o;
+  o.w = &w;
+  o.n_rows = R;
+  o.group_rows = R;
+  o.groups = groups;
+  o.n_tok = n;
+  o.in_mul = groups;
+  o.in_gmul = 1;
+  o.x = x;
+  o.x_stride = cols;
+  o.n_in = n * groups;
+  o.y = y.get();
+  o.y_stride = groups * R;
+  o.y_gstride = R;
+  o.act = act;
+  cuda::matmat(o);
+  for (int k = 0; k < n; ++k)
+    cuda::matvec(w, 0, R, R, nullptr, groups, x + k * groups * cols, cols, ref.get() + k * groups * R, R, act1);
+  const auto a = down(y), b = down(ref);
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << what << ", groups " << groups;
+}
+
 // Dense, grouped-input and expert-list matmat against per-token matvec launches, every weight
 // type, 45 tokens (two passes of 32), rows not a multiple of the block's 8 and columns ending in
 // a partial staging chunk (4864: 19 super-blocks) or in whole K tiles of 4 super-blocks (4096:
@@ -110,31 +139,8 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
       const auto a = down(y), b = down(ref);
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "dense";
     }
-    // Grouped inputs (the attention output projection): group g of token k reads input row
-    // k*G + g and weight rows g*R ..; y[k][g*R + r].
-    {
-      cuda::DeviceArray<float> y(static_cast<size_t>(n) * G * R), ref(static_cast<size_t>(n) * G * R);
-      cuda::MatmatOp o;
-      o.w = &w;
-      o.n_rows = R;
-      o.group_rows = R;
-      o.groups = G;
-      o.n_tok = n;
-      o.in_mul = G;
-      o.in_gmul = 1;
-      o.x = x.get();
-      o.x_stride = cols;
-      o.n_in = n * G;
-      o.y = y.get();
-      o.y_stride = G * R;
-      o.y_gstride = R;
-      o.act = act.get();
-      cuda::matmat(o);
-      for (int k = 0; k < n; ++k)
-        cuda::matvec(w, 0, R, R, nullptr, G, x.get() + k * G * cols, cols, ref.get() + k * G * R, R, act1.get());
-      const auto a = down(y), b = down(ref);
-      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "grouped";
-    }
+    // Grouped inputs (the attention output projection).
+    expect_grouped_matmat_equals_matvecs(w, R, G, n, x.get(), cols, act.get(), act1.get(), "grouped");
     // Experts by list: token k's slots select U distinct experts of E; entry k*U + s. The second
     // case gives each of 2 experts all 117 tokens: several passes of the predecode kernel (the
     // last partial).
@@ -212,31 +218,8 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
     x.upload(xh.data(), xh.size());
     cuda::DeviceArray<uint8_t> act(cuda::act_row_bytes(t, cols) * n2 * G2 + 64);
     cuda::DeviceArray<uint8_t> act1(cuda::act_row_bytes(t, cols) * G2 + 64);
-    for (const int groups : {1, G2}) {
-      SCOPED_TRACE(groups);
-      cuda::DeviceArray<float> y(static_cast<size_t>(n2) * groups * R2), ref(static_cast<size_t>(n2) * groups * R2);
-      cuda::MatmatOp o;
-      o.w = &w;
-      o.n_rows = R2;
-      o.group_rows = R2;
-      o.groups = groups;
-      o.n_tok = n2;
-      o.in_mul = groups;
-      o.in_gmul = 1;
-      o.x = x.get();
-      o.x_stride = cols;
-      o.n_in = n2 * groups;
-      o.y = y.get();
-      o.y_stride = groups * R2;
-      o.y_gstride = R2;
-      o.act = act.get();
-      cuda::matmat(o);
-      for (int k = 0; k < n2; ++k)
-        cuda::matvec(w, 0, R2, R2, nullptr, groups, x.get() + k * groups * cols, cols, ref.get() + k * groups * R2, R2,
-                     act1.get());
-      const auto a = down(y), b = down(ref);
-      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "dense tiles, groups " << groups;
-    }
+    for (const int groups : {1, G2})
+      expect_grouped_matmat_equals_matvecs(w, R2, groups, n2, x.get(), cols, act.get(), act1.get(), "dense tiles");
   }
 }
 
