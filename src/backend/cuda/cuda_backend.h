@@ -44,7 +44,7 @@ std::unique_ptr<Backend> make_cuda_backend(const model::Config& config,
                                            const CudaOptions& options = {});
 
 /// Device bytes a CUDA session's layer-major prefill takes for its chunks (CudaForward's chunk
-/// size: DS4_CUDA_BATCH or 512 tokens), bounding the quantized activation rows by the model's
+/// size: DS4_CUDA_BATCH or 2048 tokens), bounding the quantized activation rows by the model's
 /// widest matrix input in Q8_K (the widest activation format). For the engine's memory plan.
 uint64_t prefill_scratch_bytes(const model::Config& config);
 
