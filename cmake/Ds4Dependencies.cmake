@@ -18,6 +18,7 @@ if(DS4_BENCH)
   find_package(benchmark 1.7 REQUIRED)
 endif()
 
-# The shared test data folder (../shared beside the checkout); tests that need it skip without it.
+# The shared test data folder (../shared beside the checkout); without it the tokenizer corpus
+# tests skip and the chat-encoding golden and parity tests fail ("cannot open").
 get_filename_component(_ds4_shared "${PROJECT_SOURCE_DIR}/../shared" ABSOLUTE)
 set(DS4_SHARED_DIR "${_ds4_shared}" CACHE PATH "Shared docs and test data")
