@@ -86,7 +86,7 @@ class ModelGenerator final : public Generator {
  public:
   /// Allocates the session. Throws ds4::Error when it cannot be allocated or the vocabulary has
   /// no end-of-sentence token. `cache` (may be null) must outlive the generator.
-  ModelGenerator(Engine& engine, int64_t ctx, int64_t prefill_chunk = 256,
+  ModelGenerator(Engine& engine, int64_t ctx, int64_t prefill_chunk = Backend::kDefaultPrefillChunk,
                  KvDiskCache* cache = nullptr, KvPlacement placement = {},
                  ToolMemory* tools = nullptr);
 

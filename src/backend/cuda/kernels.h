@@ -274,14 +274,13 @@ void indexer_top_k_batch(const float* scores, const int64_t* pos, uint32_t ratio
 /// of `comp` ((pos + 1) / ratio of them; none for ratio 0) or the n_sel rows listed in `sel`.
 /// max_rows bounds window + compressed rows (grid size); scratch holds n_head * max_rows floats.
 /// Two launches, both in the CPU's operation order (bit-identical results, exp rounded from
-/// f64): the scores of 8 heads x 32 rows per block (128 rows, 4 per lane, in batches; each row
-/// element loaded once for the 8 heads, q in shared memory, dot8's lanes, tree and tail, then the
-/// scale), then per block 8 heads x 32 output dims (one block per SM, ~126 KiB of shared
-/// memory): per chunk of up to 768 rows, the V
-/// slices copied into shared memory at once (cp.async) while the block makes exp(s - max), then
-/// each output value summed over the rows in order by one lane (every V element read once for
-/// the 8 heads) while one warp sums the 8 denominators in row order. Any dim, n_head and row
-/// count (rows beyond 768 take further chunks in order).
+/// f64): the scores of 8 heads x 32 rows per block (each row element loaded once for the 8
+/// heads, q in shared memory, dot8's lanes, tree and tail, then the scale), then per block 8
+/// heads x 32 output dims (one block per SM, ~126 KiB of shared memory): per chunk of up to 768
+/// rows, the V slices copied into shared memory at once (cp.async) while the block makes
+/// exp(s - max), then each output value summed over the rows in order by one lane (every V
+/// element read once for the 8 heads) while one warp sums the 8 denominators in row order. Any
+/// dim, n_head and row count (rows beyond 768 take further chunks in order).
 void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
                     int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
                     uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
@@ -293,11 +292,11 @@ int64_t attention_scratch_floats(int n_head, int64_t max_rows);
 
 /// sink_attention of n_tok tokens of a prefill chunk: token t's query at q + t*q_stride, position
 /// pos[t], output at out + t*out_stride, scratch + t*attention_scratch_floats(n_head, max_rows)
-/// (n_tok of those; n_head * max_rows for n_tok = 1). For n_tok > 1 three launches: the scores,
-/// the softmax once per (token, head) (probabilities in place, denominators in row order), then
-/// the weighted sums, a thread per output dim for 8 heads (each V element read once for them).
-/// Window positions >= chunk_pos0 are read
-/// from `chunk` (the chunk's KV rows [t][dim], as the ring would hold them) when it is non-null,
+/// (n_tok of those; n_head * max_rows for n_tok = 1). For n_tok > 1 three launches: the scores
+/// (8 heads x 128 rows per block, 4 rows per lane), the softmax once per (token, head)
+/// (probabilities in place, denominators in row order), then the weighted sums, a thread per
+/// output dim for 8 heads (each V element read once for them). Window positions >= chunk_pos0 are
+/// read from `chunk` (the chunk's KV rows [t][dim], as the ring would hold them) when it is non-null,
 /// earlier ones from the ring; the compressed rows are (pos[t]+1)/ratio of them, or, with sel,
 /// token t's n_sel rows listed at sel + t*sel_stride. Bit-identical to n_tok sink_attention calls.
 void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,

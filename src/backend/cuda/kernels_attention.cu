@@ -63,16 +63,15 @@ constexpr int kAttCombineThreads = kAttHeads * 32 + 32;  // 8 output warps + 1 d
 // Attention scores (model::sink_attention step 1) of kAttHeads heads for 32 * kLaneRows rows:
 // 8 lanes per row hold dot8's partial sums; each row element is loaded once and multiplied by
 // the 8 heads' q values, stored in shared memory as [dim][8] so one lane reads them as two
-// float4, once for its kLaneRows rows (rows g, g + 32, ... of the block for lane group g). The tree and tail follow
-// dot8, then the scale, as the CPU does. scratch is [head][row] with stride n_rows (this
-// position's). Token blockIdx.z of a batch: q, pos and scratch advance by q_stride, 1 and
-// scratch_stride (sel, when set, by sel_stride).
+// float4, once for its kLaneRows rows (rows g, g + 32, ... of the block for lane group g). The
+// tree and tail follow dot8, then the scale, as the CPU does. scratch is [head][row] with stride
+// n_rows (this position's). Token blockIdx.z of a batch: q, pos and scratch advance by q_stride,
+// 1 and scratch_stride (sel, when set, by sel_stride).
 template <int kLaneRows>
-__global__ void __launch_bounds__(256, kLaneRows > 1 ? 2 : 0) attn_scores_kernel(const float* q, int64_t q_stride, int n_head, int64_t dim,
-                                                          AttnWin win, int64_t n_swa, const int64_t* pos,
-                                                          const float* comp, uint32_t ratio, const uint32_t* sel,
-                                                          int64_t sel_stride, int64_t n_sel, float* scratch,
-                                                          int64_t scratch_stride) {
+__global__ void __launch_bounds__(256, kLaneRows > 1 ? 2 : 0)
+attn_scores_kernel(const float* q, int64_t q_stride, int n_head, int64_t dim, AttnWin win, int64_t n_swa,
+                   const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride,
+                   int64_t n_sel, float* scratch, int64_t scratch_stride) {
   pdl_wait();
   pdl_trigger();
   if (sel) sel += blockIdx.z * sel_stride;
@@ -376,8 +375,7 @@ __global__ void __launch_bounds__(kCbDims) attn_combine_rows_kernel(int n_head, 
         attn_cp_async4(vs + jj * kCbDims + k, in ? rows[jj] + i0 + k : rows[jj], in ? 4 : 0);
       }
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    cp_async_wait();
     __syncthreads();
     const float4* p4 = reinterpret_cast<const float4*>(ps);
 #pragma unroll 4

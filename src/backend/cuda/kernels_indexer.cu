@@ -437,8 +437,7 @@ void indexer_scores_batch(const float* q, const float* w, int n_head, int64_t di
 
 void indexer_top_k(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows, int64_t k,
                    uint32_t* sel) {
-  (void)max_rows;
-  launch_k(top_k_kernel, 1, kTopKThreads, 0, scores, int64_t{0}, pos, ratio, k, sel);
+  indexer_top_k_batch(scores, pos, ratio, max_rows, k, sel, 1);  // one block: the stride is never applied
 }
 
 void indexer_top_k_batch(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows, int64_t k,

@@ -2210,7 +2210,7 @@ template <uint32_t T, int kG, int kW>
 void launch_predecode(const MatmatArgs& a, int groups) {
   using L = Pd<T, kG, kW>;
   auto* k = matmat_predecode_kernel<T, kG, kW>;
-  cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(L::kSmem));
+  allow_dynamic_smem(reinterpret_cast<const void*>(k), L::kSmem);
   cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   const dim3 grid(static_cast<unsigned>((a.n_rows + L::kRows - 1) / L::kRows), static_cast<unsigned>(groups));
   launch_k(k, grid, kW * 32, L::kSmem, a);
