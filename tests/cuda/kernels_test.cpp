@@ -558,7 +558,14 @@ TEST_F(CudaKernels, SinkAttentionMatchesCpuBitForBit) {
 // read from its own KV rows, older ones from the ring) equals token-by-token sink_attention with
 // the ring updated before each token, bit for bit; kv_ring_store then leaves the ring as the
 // token-by-token stores did. Cases: ratio-128 rows, ratio-4 rows past one 512-row chunk,
-// per-token selected rows, and a window still filling up inside the chunk.
+// per-token selected rows (one token per scores block), and a window still filling up inside the
+// chunk. Without selection the scores take groups of 4 consecutive tokens over the union of
+// their rows (attn_scores_mq_kernel): partial last groups (n % 4 != 0), the compressed row count
+// changing inside a group (ratio 4: every group; ratio 128: at 1023 -> 1024), wrapped windows,
+// windows of 1.. rows from position 0, one filling up to 128 inside a group, window-only layers,
+// and 300 / 520 tokens (75 / 130 groups x 8 head groups: 2 / 4 row tiles of 32 per block).
+// Then tokens whose positions are not consecutive (the groups split into runs), rows from the
+// ring only.
 TEST_F(CudaKernels, BatchedAttentionEqualsPerTokenCalls) {
   std::mt19937 rng(23);
   std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
@@ -568,61 +575,100 @@ TEST_F(CudaKernels, BatchedAttentionEqualsPerTokenCalls) {
     uint32_t ratio;
     int64_t n_sel;
   };
-  const Case cases[] = {{1000, 40, 128, 0}, {2040, 24, 4, 0}, {2400, 20, 4, 512}, {5, 30, 4, 0}};
-  const int nh = 64;
-  const int64_t dim = 512, swa = 128, cap = 128, qd = nh * dim;
-  for (const Case& c : cases) {
-    SCOPED_TRACE("pos0 " + std::to_string(c.pos0) + " ratio " + std::to_string(c.ratio));
-    const int64_t end = c.pos0 + c.n, n_comp = end / c.ratio;
-    std::vector<float> q(static_cast<size_t>(c.n * qd)), sinks(nh), ring(static_cast<size_t>(cap * dim));
-    std::vector<float> chunk(static_cast<size_t>(c.n * dim)), comp(static_cast<size_t>(std::max<int64_t>(n_comp, 1) * dim));
-    for (auto* v : {&q, &sinks, &ring, &chunk, &comp})
-      for (float& x : *v) x = ud(rng);
-    std::vector<int64_t> pos(static_cast<size_t>(c.n));
-    for (int t = 0; t < c.n; ++t) pos[t] = c.pos0 + t;
-    std::vector<uint32_t> sel(static_cast<size_t>(std::max<int64_t>(c.n * c.n_sel, 1)));
-    for (int t = 0; c.n_sel && t < c.n; ++t) {  // token t: n_sel distinct ascending ids of its rows
-      std::vector<uint32_t> all(static_cast<size_t>((pos[t] + 1) / c.ratio));
-      ASSERT_GE(static_cast<int64_t>(all.size()), c.n_sel);
-      for (size_t k = 0; k < all.size(); ++k) all[k] = static_cast<uint32_t>(k);
-      std::shuffle(all.begin(), all.end(), rng);
-      std::sort(all.begin(), all.begin() + c.n_sel);
-      std::copy_n(all.begin(), c.n_sel, sel.begin() + t * c.n_sel);
+  const Case cases[] = {{1000, 40, 128, 0}, {2040, 24, 4, 0}, {2400, 20, 4, 512}, {5, 30, 4, 0},
+                        {1021, 7, 128, 0},  {2042, 23, 4, 0}, {0, 13, 4, 0},      {118, 14, 4, 0},
+                        {300, 9, 0, 0},     {127, 2, 4, 0},      {1500, 300, 128, 0}, {600, 520, 4, 0}};
+  // The model's 64 heads x 512, then a partial head group and partial output-dim slices.
+  const std::pair<int, int64_t> shapes[] = {{64, 512}, {12, 192}};
+  const int64_t swa = 128, cap = 128;
+  for (const auto& [nh, dim] : shapes) {
+    const int64_t qd = nh * dim;
+    for (const Case& c : cases) {
+      SCOPED_TRACE("pos0 " + std::to_string(c.pos0) + " ratio " + std::to_string(c.ratio) + " heads " +
+                   std::to_string(nh) + " dim " + std::to_string(dim));
+      const int64_t end = c.pos0 + c.n, n_comp = c.ratio ? end / c.ratio : 0;
+      std::vector<float> q(static_cast<size_t>(c.n * qd)), sinks(nh), ring(static_cast<size_t>(cap * dim));
+      std::vector<float> chunk(static_cast<size_t>(c.n * dim)), comp(static_cast<size_t>(std::max<int64_t>(n_comp, 1) * dim));
+      for (auto* v : {&q, &sinks, &ring, &chunk, &comp})
+        for (float& x : *v) x = ud(rng);
+      std::vector<int64_t> pos(static_cast<size_t>(c.n));
+      for (int t = 0; t < c.n; ++t) pos[t] = c.pos0 + t;
+      std::vector<uint32_t> sel(static_cast<size_t>(std::max<int64_t>(c.n * c.n_sel, 1)));
+      for (int t = 0; c.n_sel && t < c.n; ++t) {  // token t: n_sel distinct ascending ids of its rows
+        std::vector<uint32_t> all(static_cast<size_t>((pos[t] + 1) / c.ratio));
+        ASSERT_GE(static_cast<int64_t>(all.size()), c.n_sel);
+        for (size_t k = 0; k < all.size(); ++k) all[k] = static_cast<uint32_t>(k);
+        std::shuffle(all.begin(), all.end(), rng);
+        std::sort(all.begin(), all.begin() + c.n_sel);
+        std::copy_n(all.begin(), c.n_sel, sel.begin() + t * c.n_sel);
+      }
+      const int64_t max_rows = swa + (c.n_sel ? c.n_sel : n_comp + 2);
+      cuda::DeviceArray<float> dq(q.size()), ds(sinks.size()), dring(ring.size()), dchunk(chunk.size()), dcomp(comp.size());
+      cuda::DeviceArray<float> dout(q.size()), dout1(q.size());
+      cuda::DeviceArray<float> dscr(static_cast<size_t>(c.n * cuda::attention_scratch_floats(nh, max_rows)));
+      cuda::DeviceArray<float> dring1(ring.size()), dscr1(static_cast<size_t>(nh * max_rows));
+      cuda::DeviceArray<int64_t> dpos(pos.size());
+      cuda::DeviceArray<uint32_t> dsel(sel.size());
+      dq.upload(q.data(), q.size());
+      ds.upload(sinks.data(), sinks.size());
+      dring.upload(ring.data(), ring.size());
+      dchunk.upload(chunk.data(), chunk.size());
+      dcomp.upload(comp.data(), comp.size());
+      dpos.upload(pos.data(), pos.size());
+      dsel.upload(sel.data(), sel.size());
+      const uint32_t* psel = c.n_sel ? dsel.get() : nullptr;
+      cuda::sink_attention_batch(dq.get(), qd, ds.get(), nh, dim, dring.get(), cap, dchunk.get(), c.pos0, swa, dpos.get(),
+                                 dcomp.get(), c.ratio, psel, c.n_sel, c.n_sel, max_rows, dscr.get(), dout.get(), qd, c.n);
+      cuda::kv_ring_store(dchunk.get(), dim, dpos.get(), dring.get(), cap, c.n);
+      for (int t = 0; t < c.n; ++t) {  // the decode order: store row t, then token t's attention
+        std::copy_n(&chunk[static_cast<size_t>(t * dim)], dim, &ring[static_cast<size_t>((pos[t] % cap) * dim)]);
+        dring1.upload(ring.data(), ring.size());
+        cuda::sink_attention(dq.get() + t * qd, ds.get(), nh, dim, dring1.get(), cap, swa, dpos.get() + t, dcomp.get(),
+                             c.ratio, psel ? psel + t * c.n_sel : nullptr, c.n_sel, max_rows, dscr1.get(),
+                             dout1.get() + t * qd);
+        cuda::check(cudaDeviceSynchronize(), "sink_attention");
+      }
+      std::vector<float> got(q.size()), want(q.size()), ring_got(ring.size());
+      dout.download(got.data(), got.size());
+      dout1.download(want.data(), want.size());
+      dring.download(ring_got.data(), ring_got.size());
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+      EXPECT_EQ(ring_got, ring);
+      for (const float v : got) ASSERT_LE(std::fabs(v), 1.0f);  // convex combinations of rows in [-1, 1]
     }
-    const int64_t max_rows = swa + (c.n_sel ? c.n_sel : n_comp + 2);
-    cuda::DeviceArray<float> dq(q.size()), ds(sinks.size()), dring(ring.size()), dchunk(chunk.size()), dcomp(comp.size());
-    cuda::DeviceArray<float> dout(q.size()), dout1(q.size());
-    cuda::DeviceArray<float> dscr(static_cast<size_t>(c.n * cuda::attention_scratch_floats(nh, max_rows)));
-    cuda::DeviceArray<float> dring1(ring.size()), dscr1(static_cast<size_t>(nh * max_rows));
-    cuda::DeviceArray<int64_t> dpos(pos.size());
-    cuda::DeviceArray<uint32_t> dsel(sel.size());
-    dq.upload(q.data(), q.size());
-    ds.upload(sinks.data(), sinks.size());
-    dring.upload(ring.data(), ring.size());
-    dchunk.upload(chunk.data(), chunk.size());
-    dcomp.upload(comp.data(), comp.size());
-    dpos.upload(pos.data(), pos.size());
-    dsel.upload(sel.data(), sel.size());
-    const uint32_t* psel = c.n_sel ? dsel.get() : nullptr;
-    cuda::sink_attention_batch(dq.get(), qd, ds.get(), nh, dim, dring.get(), cap, dchunk.get(), c.pos0, swa, dpos.get(),
-                               dcomp.get(), c.ratio, psel, c.n_sel, c.n_sel, max_rows, dscr.get(), dout.get(), qd, c.n);
-    cuda::kv_ring_store(dchunk.get(), dim, dpos.get(), dring.get(), cap, c.n);
-    for (int t = 0; t < c.n; ++t) {  // the decode order: store row t, then token t's attention
-      std::copy_n(&chunk[static_cast<size_t>(t * dim)], dim, &ring[static_cast<size_t>((pos[t] % cap) * dim)]);
-      dring1.upload(ring.data(), ring.size());
-      cuda::sink_attention(dq.get() + t * qd, ds.get(), nh, dim, dring1.get(), cap, swa, dpos.get() + t, dcomp.get(),
-                           c.ratio, psel ? psel + t * c.n_sel : nullptr, c.n_sel, max_rows, dscr1.get(),
-                           dout1.get() + t * qd);
-      cuda::check(cudaDeviceSynchronize(), "sink_attention");
-    }
-    std::vector<float> got(q.size()), want(q.size()), ring_got(ring.size());
-    dout.download(got.data(), got.size());
-    dout1.download(want.data(), want.size());
-    dring.download(ring_got.data(), ring_got.size());
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
-    EXPECT_EQ(ring_got, ring);
-    for (const float v : got) ASSERT_LE(std::fabs(v), 1.0f);  // convex combinations of rows in [-1, 1]
   }
+  const int nh = 64;
+  const int64_t dim = 512, qd = nh * dim;
+  // Positions not consecutive (repeats, steps back, gaps; groups of 4: {700 701 702 650}, {651 900
+  // 899 899}, {5 6 7}): every row from the ring, which per-token calls read alike.
+  const std::vector<int64_t> pos = {700, 701, 702, 650, 651, 900, 899, 899, 5, 6, 7};
+  const int n = static_cast<int>(pos.size());
+  const uint32_t ratio = 128;
+  const int64_t rcap = 1024, n_comp = (901 + ratio - 1) / ratio, max_rows = swa + n_comp + 2;
+  std::vector<float> q(static_cast<size_t>(n * qd)), sinks(nh), ring(static_cast<size_t>(rcap * dim));
+  std::vector<float> comp(static_cast<size_t>(n_comp * dim));
+  for (auto* v : {&q, &sinks, &ring, &comp})
+    for (float& x : *v) x = ud(rng);
+  cuda::DeviceArray<float> dq(q.size()), ds(sinks.size()), dring(ring.size()), dcomp(comp.size());
+  cuda::DeviceArray<float> dout(q.size()), dout1(q.size());
+  cuda::DeviceArray<float> dscr(static_cast<size_t>(n * cuda::attention_scratch_floats(nh, max_rows)));
+  cuda::DeviceArray<float> dscr1(static_cast<size_t>(nh * max_rows));
+  cuda::DeviceArray<int64_t> dpos(pos.size());
+  dq.upload(q.data(), q.size());
+  ds.upload(sinks.data(), sinks.size());
+  dring.upload(ring.data(), ring.size());
+  dcomp.upload(comp.data(), comp.size());
+  dpos.upload(pos.data(), pos.size());
+  cuda::sink_attention_batch(dq.get(), qd, ds.get(), nh, dim, dring.get(), rcap, nullptr, 0, swa, dpos.get(),
+                             dcomp.get(), ratio, nullptr, 0, 0, max_rows, dscr.get(), dout.get(), qd, n);
+  for (int t = 0; t < n; ++t)
+    cuda::sink_attention(dq.get() + t * qd, ds.get(), nh, dim, dring.get(), rcap, swa, dpos.get() + t, dcomp.get(),
+                         ratio, nullptr, 0, max_rows, dscr1.get(), dout1.get() + t * qd);
+  cuda::check(cudaDeviceSynchronize(), "sink_attention (positions not consecutive)");
+  std::vector<float> got(q.size()), want(q.size());
+  dout.download(got.data(), got.size());
+  dout1.download(want.data(), want.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "positions not consecutive";
 }
 
 }  // namespace

@@ -293,10 +293,12 @@ int64_t attention_scratch_floats(int n_head, int64_t max_rows);
 /// sink_attention of n_tok tokens of a prefill chunk: token t's query at q + t*q_stride, position
 /// pos[t], output at out + t*out_stride, scratch + t*attention_scratch_floats(n_head, max_rows)
 /// (n_tok of those; n_head * max_rows for n_tok = 1). For n_tok > 1 three launches: the scores
-/// (8 heads x 128 rows per block, 4 rows per lane), the softmax once per (token, head)
-/// (probabilities in place, denominators in row order), then the weighted sums, a thread per
-/// output dim for 8 heads (each V element read once for them). Window positions >= chunk_pos0 are
-/// read from `chunk` (the chunk's KV rows [t][dim], as the ring would hold them) when it is non-null,
+/// (without sel: 4 tokens per block over the union of their rows, each row element loaded once
+/// for the 4 tokens x 8 heads, unless DS4_CUDA_ATTN_MULTIQ=0; with sel: one token per block, 8
+/// heads x 128 rows, 4 rows per lane), the softmax once per (token, head) (probabilities in
+/// place, denominators in row order), then the weighted sums, a thread per output dim for 8
+/// heads (each V element read once for them). Window positions >= chunk_pos0 are read from
+/// `chunk` (the chunk's KV rows [t][dim], as the ring would hold them) when it is non-null,
 /// earlier ones from the ring; the compressed rows are (pos[t]+1)/ratio of them, or, with sel,
 /// token t's n_sel rows listed at sel + t*sel_stride. Bit-identical to n_tok sink_attention calls.
 void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/kernel_common.cuh"
@@ -59,6 +60,27 @@ constexpr int kAttHeads = 8, kAttLaneRegs = 64, kAttDims = 32, kAttChunk = 768;
 // prefill chunks (ncu, one row per lane: 91 % L1 throughput, the q reads from shared memory).
 constexpr int kAttBatchLaneRows = 4;
 constexpr int kAttCombineThreads = kAttHeads * 32 + 32;  // 8 output warps + 1 denominator warp
+
+// One row element x times the 8 heads' q values (qa: heads 0-3, qb: 4-7) into a lane's 8
+// partial sums of dot8 (--fmad=false: each product rounded, then added).
+__device__ __forceinline__ void attn_acc8(float (&acc)[kAttHeads], float4 qa, float4 qb, float x) {
+  acc[0] += qa.x * x;
+  acc[1] += qa.y * x;
+  acc[2] += qa.z * x;
+  acc[3] += qa.w * x;
+  acc[4] += qb.x * x;
+  acc[5] += qb.y * x;
+  acc[6] += qb.z * x;
+  acc[7] += qb.w * x;
+}
+
+// dot8's tree over the partial sums of the 8 lanes l = 0..7 of a row (lane 0 gets the result).
+__device__ __forceinline__ float attn_dot8_tree(float s) {
+  s = s + __shfl_down_sync(0xffffffffu, s, 4, 8);  // l<4: acc[l] + acc[l+4]
+  s = s + __shfl_down_sync(0xffffffffu, s, 1, 8);  // l=0: (0+4)+(1+5); l=2: (2+6)+(3+7)
+  s = s + __shfl_down_sync(0xffffffffu, s, 2, 8);  // l=0: the tree
+  return s;
+}
 
 // Attention scores (model::sink_attention step 1) of kAttHeads heads for 32 * kLaneRows rows:
 // 8 lanes per row hold dot8's partial sums; each row element is loaded once and multiplied by
@@ -120,29 +142,13 @@ attn_scores_kernel(const float* q, int64_t q_stride, int n_head, int64_t dim, At
       const int64_t i = c + 8 * u + l;
       const float4 qa = qs4[i * 2], qb = qs4[i * 2 + 1];
 #pragma unroll
-      for (int r = 0; r < kLaneRows; ++r) {
-        const float x = rv[r][u];
-        acc[r][0] += qa.x * x;
-        acc[r][1] += qa.y * x;
-        acc[r][2] += qa.z * x;
-        acc[r][3] += qa.w * x;
-        acc[r][4] += qb.x * x;
-        acc[r][5] += qb.y * x;
-        acc[r][6] += qb.z * x;
-        acc[r][7] += qb.w * x;
-      }
+      for (int r = 0; r < kLaneRows; ++r) attn_acc8(acc[r], qa, qb, rv[r][u]);
     }
   }
 #pragma unroll
   for (int r = 0; r < kLaneRows; ++r)
 #pragma unroll
-    for (int hl = 0; hl < kAttHeads; ++hl) {
-      float s = acc[r][hl];
-      s = s + __shfl_down_sync(0xffffffffu, s, 4, 8);  // l<4: acc[l] + acc[l+4]
-      s = s + __shfl_down_sync(0xffffffffu, s, 1, 8);  // l=0: (0+4)+(1+5); l=2: (2+6)+(3+7)
-      s = s + __shfl_down_sync(0xffffffffu, s, 2, 8);  // l=0: the tree
-      acc[r][hl] = s;
-    }
+    for (int hl = 0; hl < kAttHeads; ++hl) acc[r][hl] = attn_dot8_tree(acc[r][hl]);
   if (l != 0) return;
   const float scale = 1.0f / sqrtf(static_cast<float>(dim));
 #pragma unroll
@@ -153,6 +159,177 @@ attn_scores_kernel(const float* q, int64_t q_stride, int n_head, int64_t dim, At
       for (int64_t i = full; i < dim; ++i) s += qs[i * kAttHeads + hl] * row[r][i];
       scratch[(h0 + hl) * a.n_rows + j[r]] = s * scale;
     }
+  }
+}
+
+// Multi-query scores tiles: kMqTokens tokens per block; by default kMqLaneRows2 = 2 rows per lane
+// of kMqRegs2 = 8 elements per batch (128 registers; each q value read from shared memory serves
+// 2 rows; 72 KiB of q for dim 512: two blocks per SM); DS4_CUDA_ATTN_MULTIQ=1: kMqLaneRows = 1
+// row per lane of kMqRegs = 16 elements per batch (32 * rows per lane = rows per tile). 8 tokens x 1 row would spill at 16 elements and allow one block per SM (144 KiB of q).
+// Above kMqMaxSmem of q (dim > 568) two blocks no longer fit an SM: attn_scores_kernel instead.
+constexpr int kMqTokens = 4, kMqLaneRows = 1, kMqRegs = 16, kMqLaneRows2 = 2, kMqRegs2 = 8;
+constexpr size_t kMqMaxSmem = 80 * 1024;
+// Row tiles per block: up to kMqMaxTiles (the q fill, 64 KiB for 4 tokens x 8 heads x 512, as
+// much L2 traffic as one 32-row tile's rows), one more per kMqBlocksPerTile (token group, head
+// group) blocks (~1 wave of 2 blocks on 132 SMs), so short chunks keep their row-tile parallelism.
+constexpr int64_t kMqMaxTiles = 4, kMqBlocksPerTile = 256;
+
+// attn_scores_mq_kernel's shared q: token k's element i at float4 k * attn_mq_tok4(dim) + 2i +
+// i/4 (heads 0-3, then 4-7 in the next float4): one float4 of padding after every 4 elements, so
+// the 8 lanes of a row (elements i..i+7, i % 8 == 0) read 8 distinct 16-byte bank groups (a
+// 2-way conflict without it), and each lane's q addresses are a per-lane base plus constants.
+__host__ __device__ constexpr int64_t attn_mq_tok4(int64_t dim) { return 2 * dim + (dim + 3) / 4; }
+__device__ __forceinline__ int64_t attn_mq_q4(int64_t dim, int k, int64_t i) {
+  return k * attn_mq_tok4(dim) + 2 * i + i / 4;
+}
+
+// A multi-token block's tokens k < nt (position sp[k], AttnShape slo/snw/snr[k]) split into runs
+// of consecutive positions: the run from token k0 ends before the returned token.
+__device__ __forceinline__ int attn_mq_run_end(const int64_t* sp, int nt, int k0) {
+  int k1 = k0 + 1;
+  while (k1 < nt && sp[k1] == sp[k1 - 1] + 1) ++k1;
+  return k1;
+}
+// The union of the rows of run k0 .. k1 - 1 (see attn_scores_mq_kernel), as an AttnShape.
+__device__ __forceinline__ AttnShape attn_mq_run_union(const int64_t* sp, const int64_t* slo, const int64_t* snw,
+                                                       const int64_t* snr, int k0, int k1) {
+  AttnShape ua;
+  ua.lo = slo[k0];
+  ua.n_win = sp[k1 - 1] - ua.lo + 1;
+  ua.n_rows = ua.n_win + (snr[k1 - 1] - snw[k1 - 1]);
+  return ua;
+}
+
+// Attention scores of a prefill chunk without per-token selection (sel == nullptr): block
+// (x, y, z) takes tokens z*kT .. z*kT + kT - 1 (fewer in the last group) x heads y*8 .. y*8 + 7
+// x union rows x*tiles*kRows .. (x+1)*tiles*kRows - 1 in tiles of kRows = 32 * kR rows (q loaded
+// once for them), and loads each row element once for the kT x 8 (token, head) q values (shared
+// memory, attn_mq_q4), instead of once per token as attn_scores_kernel does (consecutive tokens
+// share all but a few rows).
+// Union of a run of consecutive positions p_a .. p_b (the group splits into such runs; normally
+// one): window positions [lo(p_a), p_b] then compressed rows 0 .. (p_b + 1) / ratio - 1; union
+// row u is window position lo(p_a) + u or compressed row u - (p_b - lo(p_a) + 1), its address by
+// attn_row as for a token with that shape (a position's row is the same for every token). Token
+// k of the run (position p_k, window [lo_k, p_k], n_win_k rows) attends window position p iff
+// lo_k <= p <= p_k, as its row j = p - lo_k, and compressed row c iff c < (p_k + 1) / ratio, as
+// j = n_win_k + c; its score goes to scratch + (z*kT + k) * scratch_stride + head * n_rows_k + j,
+// rows it does not attend are not written. The union of a run has at most n_rows(p_b) + kT - 1
+// <= max_rows + kT - 1 rows (the grid's x extent times tiles * kRows).
+// Bit-identity with attn_scores_kernel: per (token, head, row) the same lane l sums the products
+// q[i] * x[i] of elements i = l, l + 8, ... in increasing order from 0 (attn_acc8), the same
+// tree (attn_dot8_tree), tail and scale; only the rows a block walks and the number of q values
+// each loaded element meets differ.
+template <int kT, int kR, int kRegs>
+__global__ void __launch_bounds__(256, 2) attn_scores_mq_kernel(const float* q, int64_t q_stride, int n_head,
+                                                                int64_t dim, AttnWin win, int64_t n_swa,
+                                                                const int64_t* pos, const float* comp,
+                                                                uint32_t ratio, float* scratch,
+                                                                int64_t scratch_stride, int n_tok, int tiles) {
+  pdl_wait();
+  pdl_trigger();
+  extern __shared__ float4 qs4[];  // kT x attn_mq_tok4(dim) float4, see attn_mq_q4
+  const float* qs = reinterpret_cast<const float*>(qs4);
+  __shared__ int64_t sp[kT], slo[kT], snw[kT], snr[kT];  // each token's position and AttnShape
+  constexpr int kRows = 32 * kR;
+  const int t0 = static_cast<int>(blockIdx.z) * kT, nt = min(kT, n_tok - t0);
+  const int h0 = blockIdx.y * kAttHeads;
+  const int64_t rb = blockIdx.x * static_cast<int64_t>(tiles) * kRows, re = rb + static_cast<int64_t>(tiles) * kRows;
+  if (static_cast<int>(threadIdx.x) < nt) {
+    const AttnShape a = attn_shape(pos + t0 + threadIdx.x, n_swa, ratio, nullptr, 0);
+    sp[threadIdx.x] = pos[t0 + threadIdx.x];
+    slo[threadIdx.x] = a.lo;
+    snw[threadIdx.x] = a.n_win;
+    snr[threadIdx.x] = a.n_rows;
+  }
+  __syncthreads();
+  auto run_end = [&](int k0) { return attn_mq_run_end(sp, nt, k0); };
+  auto run_union = [&](int k0, int k1) { return attn_mq_run_union(sp, slo, snw, snr, k0, k1); };
+  bool busy = false;
+  for (int k0 = 0; k0 < nt; k0 = run_end(k0)) busy = busy || rb < run_union(k0, run_end(k0)).n_rows;
+  if (!busy) return;  // whole block idle
+  for (int k = 0; k < kT; ++k)
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {  // the 8 heads' loads in flight together
+      float v[kAttHeads];
+#pragma unroll
+      for (int hl = 0; hl < kAttHeads; ++hl)
+        v[hl] = k < nt && h0 + hl < n_head ? q[(t0 + k) * q_stride + (h0 + hl) * dim + i] : 0.0f;
+      qs4[attn_mq_q4(dim, k, i)] = make_float4(v[0], v[1], v[2], v[3]);
+      qs4[attn_mq_q4(dim, k, i) + 1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+  __syncthreads();
+  const int l = threadIdx.x & 7;
+  const int tok4 = static_cast<int>(attn_mq_tok4(dim));
+  const float4* ql = qs4 + attn_mq_q4(dim, 0, l);  // element c + 8v + l of token k: ql + k*tok4 + (c + 8v)/8 * 18
+  const int64_t full = dim / 8 * 8;
+  const float scale = 1.0f / sqrtf(static_cast<float>(dim));
+  for (int k0 = 0; k0 < nt;) {
+    const int k1 = run_end(k0);
+    const AttnShape ua = run_union(k0, k1);
+    for (int64_t r0 = rb; r0 < ua.n_rows && r0 < re; r0 += kRows) {  // the block's tiles, q loaded once
+      int64_t u[kR];
+      bool on[kR];
+      const float* row[kR];
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        u[r] = r0 + threadIdx.x / 8 + 32 * r;
+        on[r] = u[r] < ua.n_rows;
+        row[r] = attn_row(win, ua, comp, nullptr, dim, on[r] ? u[r] : 0);
+      }
+      float acc[kR][kT][kAttHeads];
+#pragma unroll
+      for (int r = 0; r < kR; ++r)
+#pragma unroll
+        for (int k = 0; k < kT; ++k)
+#pragma unroll
+          for (int hl = 0; hl < kAttHeads; ++hl) acc[r][k][hl] = 0.0f;
+      for (int64_t c = 0; c < full; c += 8 * kRegs) {
+        float rv[kR][kRegs];
+#pragma unroll
+        for (int r = 0; r < kR; ++r)
+#pragma unroll
+          for (int v = 0; v < kRegs; ++v) rv[r][v] = c + 8 * v < full ? row[r][c + 8 * v + l] : 0.0f;
+        const float4* qc = ql + static_cast<int>(c / 8) * 18;
+#pragma unroll
+        for (int v = 0; v < kRegs; ++v) {
+          if (c + 8 * v >= full) break;
+#pragma unroll
+          for (int k = 0; k < kT; ++k) {
+            const float4 qa = qc[k * tok4 + 18 * v], qb = qc[k * tok4 + 18 * v + 1];
+#pragma unroll
+            for (int r = 0; r < kR; ++r) attn_acc8(acc[r][k], qa, qb, rv[r][v]);
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < kR; ++r)
+#pragma unroll
+        for (int k = 0; k < kT; ++k)
+#pragma unroll
+          for (int hl = 0; hl < kAttHeads; ++hl) acc[r][k][hl] = attn_dot8_tree(acc[r][k][hl]);
+      if (l == 0) {
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+          if (!on[r]) continue;
+          const bool in_win = u[r] < ua.n_win;
+          const int64_t p = ua.lo + u[r], cr = u[r] - ua.n_win;
+#pragma unroll
+          for (int k = 0; k < kT; ++k) {
+            if (k < k0 || k >= k1) continue;  // another run's token (or none)
+            const int64_t lo = slo[k], nw = snw[k], nr = snr[k];
+            if (in_win ? p < lo || p > sp[k] : cr >= nr - nw) continue;  // a row this token does not attend
+            float* out = scratch + (t0 + k) * scratch_stride + (in_win ? p - lo : nw + cr);
+#pragma unroll
+            for (int hl = 0; hl < kAttHeads; ++hl) {
+              if (h0 + hl >= n_head) break;
+              float s = acc[r][k][hl];
+              for (int64_t i = full; i < dim; ++i) s += qs[attn_mq_q4(dim, k, i) * 4 + hl] * row[r][i];
+              out[(h0 + hl) * nr] = s * scale;
+            }
+          }
+        }
+      }
+    }
+    k0 = k1;
   }
 }
 
@@ -301,7 +478,7 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
         if (e < kAttHeads * cn) ps[hl * (kChunk + 1) + jj] = h0 + hl < n_head ? exp_f(sv[u] - ms[hl]) : 0.0f;
       }
     }
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    cp_async_wait();
     __syncthreads();
     if (warp == kAttHeads) {
       if (lane < kAttHeads && h0 + lane < n_head) {
@@ -402,6 +579,206 @@ __global__ void __launch_bounds__(kCbDims) attn_combine_rows_kernel(int n_head, 
   }
 }
 
+// Token k's row index j of union row u of its run (union ua; position p, AttnShape lo / nw / nr),
+// or -1 for a row it does not attend (the mapping documented at attn_scores_mq_kernel).
+__device__ __forceinline__ int64_t attn_mq_row_j(const AttnShape& ua, int64_t u, int64_t p, int64_t lo, int64_t nw,
+                                                 int64_t nr) {
+  if (u < ua.n_win) {
+    const int64_t wp = ua.lo + u;
+    return wp < lo || wp > p ? -1 : wp - lo;
+  }
+  const int64_t c = u - ua.n_win;
+  return c < nr - nw ? nw + c : -1;
+}
+
+// Multi-token combine tiles: kCmTokens tokens per block; by default 2 output dims per thread (each
+// pair of probability float4 reads serves 16 products instead of 8) with kCmChunk2 rows per chunk
+// (the same 32 KiB of V slices); DS4_CUDA_ATTN_MULTIQ_COMBINE=1: 1 dim per thread, kCbChunk rows.
+constexpr int kCmTokens = 4, kCmChunk2 = 32;
+
+// attn_combine_rows_kernel for kT consecutive tokens at once (prefill chunks without per-token
+// selection, after attn_softmax_kernel, whichever scores kernel ran: both leave the same
+// scratch). Block (x, y, z): tokens z*kT .. z*kT + kT - 1 (fewer in the last group) x heads y*8
+// .. y*8 + 7 x output dims x*kCbDims*kV .. + kCbDims*kV - 1, thread t owning dims t*kV .. t*kV +
+// kV - 1 with kT x kV x 8 accumulators. The tokens split into runs of consecutive positions
+// (attn_mq_run_end; normally one) and each run's union of rows (attn_mq_run_union: window
+// positions ascending, then compressed rows ascending) is walked in chunks of kChunk rows: row
+// addresses and a per-row mask of the run's tokens that attend it, the V slices (cp.async, each
+// loaded once for all kT tokens instead of once per token), then the probabilities [row][token][8]
+// read from each token's own scratch at its own row index (attn_mq_row_j; 0 where not attended).
+// Each thread then adds p * v to token k's accumulators only for rows whose mask has bit k (a
+// block-uniform branch: no add at all otherwise; rows all kT tokens attend skip the tests).
+// Bit-identity with attn_combine_rows_kernel: a token's window is a contiguous range of the
+// union's window positions and its compressed rows a prefix of the union's, so walking the union
+// ascending and skipping the rest visits exactly the token's rows j = 0, 1, ... in its own order;
+// each output value is o = +0, o += p * v per row (--fmad=false: product rounded, then added),
+// then o * (1 / denominator), the same operations on the same values.
+template <int kT, int kV, int kChunk>
+__global__ void __launch_bounds__(kCbDims) attn_combine_mq_kernel(int n_head, int64_t dim, AttnWin win,
+                                                                  int64_t n_swa, const int64_t* pos,
+                                                                  const float* comp, uint32_t ratio,
+                                                                  const float* scratch, int64_t scratch_stride,
+                                                                  float* out, int64_t out_stride, int n_tok) {
+  static_assert(kT < 32 && kCbDims % (kAttHeads * kT) == 0 && kChunk % (kCbDims / (kAttHeads * kT)) == 0 &&
+                    (kV == 1 || kV == 2),
+                "token mask bits; each thread's probabilities of one (token, head)");
+  pdl_wait();
+  pdl_trigger();
+  constexpr int kD = kCbDims * kV;  // output dims per block
+  __shared__ __align__(16) float vs[kChunk * kD];
+  __shared__ __align__(16) float ps[kChunk * kT * kAttHeads];
+  __shared__ const float* rows[kChunk];
+  __shared__ unsigned msk[kChunk];                      // bit k: token k attends the row
+  __shared__ int64_t sp[kT], slo[kT], snw[kT], snr[kT];  // each token's position and AttnShape
+  const int t0 = static_cast<int>(blockIdx.z) * kT, nt = min(kT, n_tok - t0);
+  const int h0 = blockIdx.y * kAttHeads;
+  const int64_t i0 = blockIdx.x * static_cast<int64_t>(kD);
+  if (static_cast<int>(threadIdx.x) < kT) {  // zeros past the last token (read, never used)
+    const bool on = static_cast<int>(threadIdx.x) < nt;
+    const AttnShape a = on ? attn_shape(pos + t0 + threadIdx.x, n_swa, ratio, nullptr, 0) : AttnShape{0, 0, 0};
+    sp[threadIdx.x] = on ? pos[t0 + threadIdx.x] : 0;
+    slo[threadIdx.x] = a.lo;
+    snw[threadIdx.x] = a.n_win;
+    snr[threadIdx.x] = a.n_rows;
+  }
+  __syncthreads();
+  const bool vec4 = dim % 4 == 0;  // 16-byte copies (rows and the slice start 16-byte aligned)
+  float o[kT][kV][kAttHeads];
+#pragma unroll
+  for (int k = 0; k < kT; ++k)
+#pragma unroll
+    for (int x = 0; x < kV; ++x)
+#pragma unroll
+      for (int hl = 0; hl < kAttHeads; ++hl) o[k][x][hl] = 0.0f;
+  for (int k0 = 0; k0 < nt;) {
+    const int k1 = attn_mq_run_end(sp, nt, k0);
+    const AttnShape ua = attn_mq_run_union(sp, slo, snw, snr, k0, k1);
+    for (int64_t c0 = 0; c0 < ua.n_rows; c0 += kChunk) {
+      const int cn = static_cast<int>(ua.n_rows - c0 < kChunk ? ua.n_rows - c0 : kChunk);
+      __syncthreads();  // the previous chunk is consumed
+      for (int jj = threadIdx.x; jj < cn; jj += blockDim.x) {
+        rows[jj] = attn_row(win, ua, comp, nullptr, dim, c0 + jj);
+        unsigned m = 0;
+        for (int k = k0; k < k1; ++k)
+          if (attn_mq_row_j(ua, c0 + jj, sp[k], slo[k], snw[k], snr[k]) >= 0) m |= 1u << k;
+        msk[jj] = m;
+      }
+      __syncthreads();
+      if (vec4) {
+        for (int e = threadIdx.x; e < cn * (kD / 4); e += blockDim.x) {
+          const int jj = e / (kD / 4), k = 4 * (e % (kD / 4));
+          const bool in = i0 + k < dim;
+          attn_cp_async16(vs + jj * kD + k, in ? rows[jj] + i0 + k : rows[jj], in ? 16 : 0);
+        }
+      } else {
+        for (int e = threadIdx.x; e < cn * kD; e += blockDim.x) {
+          const int jj = e / kD, k = e % kD;
+          const bool in = i0 + k < dim;
+          attn_cp_async4(vs + jj * kD + k, in ? rows[jj] + i0 + k : rows[jj], in ? 4 : 0);
+        }
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      // The probabilities while the V slices are in flight, ps[(jj * kT + k) * 8 + hl] = element
+      // threadIdx.x + b * kCbDims: each thread's token k and head hl are fixed, its rows jj step by
+      // kPsStep; all its loads issued before the stores.
+      {
+        constexpr int kPsStep = kCbDims / (kAttHeads * kT), kPs = kChunk / kPsStep;
+        const int hl = threadIdx.x % kAttHeads, k = threadIdx.x / kAttHeads % kT, jj0 = threadIdx.x / (kAttHeads * kT);
+        const bool tk = k >= k0 && k < k1 && h0 + hl < n_head;
+        const int64_t p = sp[k], lo = slo[k], nw = snw[k], nr = snr[k];
+        const float* sc = scratch + (t0 + k) * scratch_stride + (h0 + hl) * nr;
+        float pv[kPs];
+#pragma unroll
+        for (int b = 0; b < kPs; ++b) {
+          const int jj = jj0 + b * kPsStep;
+          const int64_t j = tk && jj < cn ? attn_mq_row_j(ua, c0 + jj, p, lo, nw, nr) : -1;
+          pv[b] = j >= 0 ? sc[j] : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < kPs; ++b)
+          if (jj0 + b * kPsStep < cn) ps[threadIdx.x + b * kCbDims] = pv[b];
+      }
+      cp_async_wait();
+      __syncthreads();
+      const float4* p4 = reinterpret_cast<const float4*>(ps);
+#pragma unroll 2
+      for (int jj = 0; jj < cn; ++jj) {
+        float v[kV];
+        if constexpr (kV == 2) {
+          const float2 v2 = reinterpret_cast<const float2*>(vs + jj * kD)[threadIdx.x];
+          v[0] = v2.x;
+          v[kV - 1] = v2.y;
+        } else {
+          v[0] = vs[jj * kD + threadIdx.x];
+        }
+        auto add = [&](int k) {
+          const float4 pa = p4[2 * (jj * kT + k)], pb = p4[2 * (jj * kT + k) + 1];
+#pragma unroll
+          for (int x = 0; x < kV; ++x) {
+            o[k][x][0] += pa.x * v[x];
+            o[k][x][1] += pa.y * v[x];
+            o[k][x][2] += pa.z * v[x];
+            o[k][x][3] += pa.w * v[x];
+            o[k][x][4] += pb.x * v[x];
+            o[k][x][5] += pb.y * v[x];
+            o[k][x][6] += pb.z * v[x];
+            o[k][x][7] += pb.w * v[x];
+          }
+        };
+        const unsigned m = msk[jj];
+        if (m == (1u << kT) - 1) {  // every token attends the row (all but a few rows of a run): no branches
+#pragma unroll
+          for (int k = 0; k < kT; ++k) add(k);
+        } else {
+#pragma unroll
+          for (int k = 0; k < kT; ++k)
+            if (m >> k & 1u) add(k);  // a row token k does not attend: no add
+        }
+      }
+    }
+    k0 = k1;
+  }
+#pragma unroll
+  for (int k = 0; k < kT; ++k) {
+    if (k >= nt) break;
+    const float* den = scratch + (t0 + k) * scratch_stride + scratch_stride - n_head;
+    float* ot = out + (t0 + k) * out_stride;
+#pragma unroll
+    for (int hl = 0; hl < kAttHeads; ++hl) {
+      if (h0 + hl >= n_head) break;
+      const float inv = 1.0f / den[h0 + hl];
+#pragma unroll
+      for (int x = 0; x < kV; ++x) {
+        const int64_t i = i0 + threadIdx.x * kV + x;
+        if (i < dim) ot[(h0 + hl) * dim + i] = o[k][x][hl] * inv;
+      }
+    }
+  }
+}
+
+// DS4_CUDA_ATTN_MULTIQ_COMBINE: 0 = prefill chunks' weighted sums through attn_combine_rows_kernel
+// (one token per block, comparisons), 1 = attn_combine_mq_kernel with 1 dim per thread, else
+// (default) 2 dims per thread (measured faster: perf-notes, ninth pass); read once, independent
+// of DS4_CUDA_ATTN_MULTIQ.
+int attn_multiq_combine_mode() {
+  static const int mode = [] {
+    const char* v = std::getenv("DS4_CUDA_ATTN_MULTIQ_COMBINE");
+    return v && v[0] == '0' ? 0 : v && v[0] == '1' ? 1 : 2;
+  }();
+  return mode;
+}
+
+// DS4_CUDA_ATTN_MULTIQ: 0 = prefill chunks' scores through attn_scores_kernel (one token per
+// block, comparisons), 1 = attn_scores_mq_kernel with 1 row per lane, else (default) 2 rows per
+// lane (measured faster: perf-notes, ninth pass); read once.
+int attn_multiq_mode() {
+  static const int mode = [] {
+    const char* v = std::getenv("DS4_CUDA_ATTN_MULTIQ");
+    return v && v[0] == '0' ? 0 : v && v[0] == '1' ? 1 : 2;
+  }();
+  return mode;
+}
+
 }  // namespace
 
 void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
@@ -427,15 +804,41 @@ void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, 
   const bool prep = n_tok > 1;  // batched: one softmax pass, then combine blocks that only sum
   const int64_t ss = prep ? attention_scratch_floats(n_head, max_rows) : static_cast<int64_t>(n_head) * max_rows;
   const size_t smem = static_cast<size_t>(dim) * kAttHeads * sizeof(float);
-  const int lane_rows = n_tok > 1 ? kAttBatchLaneRows : 1, rows = 32 * lane_rows;
-  auto* sk = n_tok > 1 ? attn_scores_kernel<kAttBatchLaneRows> : attn_scores_kernel<1>;
-  allow_dynamic_smem(reinterpret_cast<const void*>(sk), smem);
-  const dim3 grid(static_cast<unsigned>((max_rows + rows - 1) / rows), groups, static_cast<unsigned>(n_tok));
-  launch_k(sk, grid, 256, smem, q, q_stride, n_head, dim, win, n_swa, pos, comp, ratio, sel, sel_stride, n_sel,
-           scratch, ss);
+  const size_t msmem = static_cast<size_t>(attn_mq_tok4(dim)) * kMqTokens * sizeof(float4);
+  const int mq = prep && !sel && msmem <= kMqMaxSmem ? attn_multiq_mode() : 0;
+  if (mq) {  // consecutive tokens share their rows: each row element loaded once for kMqTokens tokens
+    auto* mk = mq == 2 ? attn_scores_mq_kernel<kMqTokens, kMqLaneRows2, kMqRegs2>
+                       : attn_scores_mq_kernel<kMqTokens, kMqLaneRows, kMqRegs>;
+    const int rows = 32 * (mq == 2 ? kMqLaneRows2 : kMqLaneRows);
+    allow_dynamic_smem(reinterpret_cast<const void*>(mk), msmem);
+    // A run's union has at most max_rows + kMqTokens - 1 rows (attn_scores_mq_kernel); several
+    // row tiles per block (one q load for them) once token and head groups alone fill the GPU.
+    const int64_t tgroups = (n_tok + kMqTokens - 1) / kMqTokens;
+    const int64_t tiles_all = (max_rows + kMqTokens - 1 + rows - 1) / rows;
+    const int tiles = static_cast<int>(std::clamp<int64_t>(tgroups * groups / kMqBlocksPerTile, 1, kMqMaxTiles));
+    const dim3 grid(static_cast<unsigned>((tiles_all + tiles - 1) / tiles), groups, static_cast<unsigned>(tgroups));
+    launch_k(mk, grid, 256, msmem, q, q_stride, n_head, dim, win, n_swa, pos, comp, ratio, scratch, ss, n_tok,
+             tiles);
+  } else {
+    const int lane_rows = n_tok > 1 ? kAttBatchLaneRows : 1, rows = 32 * lane_rows;
+    auto* sk = n_tok > 1 ? attn_scores_kernel<kAttBatchLaneRows> : attn_scores_kernel<1>;
+    allow_dynamic_smem(reinterpret_cast<const void*>(sk), smem);
+    const dim3 grid(static_cast<unsigned>((max_rows + rows - 1) / rows), groups, static_cast<unsigned>(n_tok));
+    launch_k(sk, grid, 256, smem, q, q_stride, n_head, dim, win, n_swa, pos, comp, ratio, sel, sel_stride, n_sel,
+             scratch, ss);
+  }
   if (prep)
     launch_k(attn_softmax_kernel, dim3(groups, static_cast<unsigned>(n_tok)), kAttHeads * 32, 0, sinks, n_head, n_swa,
              pos, ratio, sel, n_sel, scratch, ss);
+  const int cm = prep && !sel ? attn_multiq_combine_mode() : 0;
+  if (cm) {  // consecutive tokens share their rows: each V slice staged once for kCmTokens tokens
+    auto* ck = cm == 2 ? attn_combine_mq_kernel<kCmTokens, 2, kCmChunk2> : attn_combine_mq_kernel<kCmTokens, 1, kCbChunk>;
+    const int64_t dims = kCbDims * (cm == 2 ? 2 : 1);
+    const dim3 grid(static_cast<unsigned>((dim + dims - 1) / dims), groups,
+                    static_cast<unsigned>((n_tok + kCmTokens - 1) / kCmTokens));
+    launch_k(ck, grid, kCbDims, 0, n_head, dim, win, n_swa, pos, comp, ratio, scratch, ss, out, out_stride, n_tok);
+    return;
+  }
   if (prep) {
     launch_k(attn_combine_rows_kernel,
              dim3(static_cast<unsigned>((dim + kCbDims - 1) / kCbDims), groups, static_cast<unsigned>(n_tok)), kCbDims, 0,
