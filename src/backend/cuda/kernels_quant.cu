@@ -1433,6 +1433,30 @@ __host__ __device__ constexpr int payload_bytes() {
   else return Fmt<T>::kBytes;
 }
 
+// A fragment of 32-value part `part` of a Q2_K / Q4_K block (weight rows g at bg, g + 8 at bg8;
+// t = lane % 4): Q2_K's 2-bit codes times their 4-bit sub-block scales (<= 45: fits int8), scale
+// byte i of row g (r = 0) or g + 8 (r = 1) read through sbyte(r, i); Q4_K's 4-bit codes (its 6-bit
+// scale exceeds int8 and multiplies the exact integer sums instead).
+template <uint32_t T, class ScaleByte>
+__device__ __forceinline__ void kquant_a_frag(const uint8_t* bg, const uint8_t* bg8, int part, int t, ScaleByte sbyte,
+                                              int (&av)[4]) {
+  if constexpr (T == kQ2_K) {
+    const int off = 16 + 32 * (part / 4) + 4 * t, shift = 2 * (part % 4);
+    const int s0 = sbyte(0, 2 * part) & 15, s1 = sbyte(0, 2 * part + 1) & 15;
+    const int t0 = sbyte(1, 2 * part) & 15, t1 = sbyte(1, 2 * part + 1) & 15;
+    av[0] = ((ld32(bg + off) >> shift) & 0x03030303) * s0;
+    av[1] = ((ld32(bg8 + off) >> shift) & 0x03030303) * t0;
+    av[2] = ((ld32(bg + off + 16) >> shift) & 0x03030303) * s1;
+    av[3] = ((ld32(bg8 + off + 16) >> shift) & 0x03030303) * t1;
+  } else {
+    const int off = 16 + 32 * (part / 2) + 4 * t, shift = 4 * (part & 1);
+    av[0] = (ld32(bg + off) >> shift) & 0x0f0f0f0f;
+    av[1] = (ld32(bg8 + off) >> shift) & 0x0f0f0f0f;
+    av[2] = (ld32(bg + off + 16) >> shift) & 0x0f0f0f0f;
+    av[3] = (ld32(bg8 + off + 16) >> shift) & 0x0f0f0f0f;
+  }
+}
+
 // T = Q8_0 (Q8_0 activations), IQ2_XXS (Q8_K activations; one MMA per 32-value group, the
 // group's odd scale applied to the exact sums in integers, then the block value in block order)
 // or Q2_K/Q4_K (Q8_K activations; one MMA per 32-value part, see below).
@@ -1520,21 +1544,7 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
 #pragma unroll
         for (int part = 0; part < 8; ++part) {
           int av[4];
-          if constexpr (T == kQ2_K) {
-            const int off = 16 + 32 * (part / 4) + 4 * t, shift = 2 * (part % 4);
-            const int s0 = bg[2 * part] & 15, s1 = bg[2 * part + 1] & 15;
-            const int t0 = bg8[2 * part] & 15, t1 = bg8[2 * part + 1] & 15;
-            av[0] = ((ld32(bg + off) >> shift) & 0x03030303) * s0;
-            av[1] = ((ld32(bg8 + off) >> shift) & 0x03030303) * t0;
-            av[2] = ((ld32(bg + off + 16) >> shift) & 0x03030303) * s1;
-            av[3] = ((ld32(bg8 + off + 16) >> shift) & 0x03030303) * t1;
-          } else {
-            const int off = 16 + 32 * (part / 2) + 4 * t, shift = 4 * (part & 1);
-            av[0] = (ld32(bg + off) >> shift) & 0x0f0f0f0f;
-            av[1] = (ld32(bg8 + off) >> shift) & 0x0f0f0f0f;
-            av[2] = (ld32(bg + off + 16) >> shift) & 0x0f0f0f0f;
-            av[3] = (ld32(bg8 + off + 16) >> shift) & 0x0f0f0f0f;
-          }
+          kquant_a_frag<T>(bg, bg8, part, t, [&](int r, int i) { return static_cast<int>((r ? bg8 : bg)[i]); }, av);
           int c[4];
           const uint8_t* yq = xb + b * kAct + 4 + 32 * part;
           mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
@@ -1747,20 +1757,8 @@ __device__ __forceinline__ void sg_tile(const uint8_t* ws, const uint8_t* tw, co
       for (int part = 0; part < 8; ++part) {
         int av[4];
         int sg = 1, sg8 = 1;
-        if constexpr (T == kQ2_K) {
-          const int off = 16 + 32 * (part / 4) + 4 * t, shift = 2 * (part % 4);
-          const int s0 = sbyte(sw, 2 * part) & 15, s1 = sbyte(sw, 2 * part + 1) & 15;
-          const int t0 = sbyte(sw8, 2 * part) & 15, t1 = sbyte(sw8, 2 * part + 1) & 15;
-          av[0] = ((ld32(bg + off) >> shift) & 0x03030303) * s0;
-          av[1] = ((ld32(bg8 + off) >> shift) & 0x03030303) * t0;
-          av[2] = ((ld32(bg + off + 16) >> shift) & 0x03030303) * s1;
-          av[3] = ((ld32(bg8 + off + 16) >> shift) & 0x03030303) * t1;
-        } else {
-          const int off = 16 + 32 * (part / 2) + 4 * t, shift = 4 * (part & 1);
-          av[0] = (ld32(bg + off) >> shift) & 0x0f0f0f0f;
-          av[1] = (ld32(bg8 + off) >> shift) & 0x0f0f0f0f;
-          av[2] = (ld32(bg + off + 16) >> shift) & 0x0f0f0f0f;
-          av[3] = (ld32(bg8 + off + 16) >> shift) & 0x0f0f0f0f;
+        kquant_a_frag<T>(bg, bg8, part, t, [&](int r, int i) { return sbyte(r ? sw8 : sw, i); }, av);
+        if constexpr (T != kQ2_K) {
           auto sc_of = [&](const uint32_t(&w)[kSw]) {  // the sub-block's 6-bit scale
             return part < 4 ? (sbyte(w, part) & 63) : ((sbyte(w, part + 4) & 15) | ((sbyte(w, part - 4) >> 6) << 4));
           };
@@ -2194,14 +2192,15 @@ bool staged_off() {
   return off;
 }
 
-// DS4_CUDA_MATMAT_PREDECODE=1: matmat_predecode_kernel in 64-row blocks (2 blocks per SM:
-// IQ2_XXS 4 token tiles per pass, Q2_K 3); default: 128-row blocks and 6 tiles (48 tokens) for
-// IQ2_XXS and Q2_K (1 block per SM); =3: IQ2_XXS with 8 tiles (64 tokens, 220 KB, 124
-// registers; Q2_K's would not fit). Q4_K takes 64 rows x 2 tiles in all (comparisons).
+// matmat_predecode_kernel's shape: 128-row blocks (1 block per SM), IQ2_XXS with 8 token tiles
+// per pass (64 tokens, 220 KB, 124 registers; +1 % prefill over 6 tiles in three runs:
+// perf-notes, ninth pass), Q2_K with 6 (8 would not fit). DS4_CUDA_MATMAT_PREDECODE=2: IQ2_XXS
+// with 6 tiles too; =1: 64-row blocks (2 blocks per SM: IQ2_XXS 4 tiles, Q2_K 3). Q4_K takes
+// 64 rows x 2 tiles in all (comparisons).
 int predecode_mode() {
   static const int mode = [] {
     const char* v = std::getenv("DS4_CUDA_MATMAT_PREDECODE");
-    return v && (v[0] == '1' || v[0] == '3') ? v[0] - '0' : 2;
+    return v && (v[0] == '1' || v[0] == '2') ? v[0] - '0' : 3;
   }();
   return mode;
 }
@@ -2269,8 +2268,8 @@ void launch_matmat(const MatmatArgs& a, int groups) {
           const int pmode = predecode_mode();
           if constexpr (T == kQ4_K) launch_predecode<T, 2, 4>(a, groups);
           else if (pmode == 1) launch_predecode<T, T == kIQ2_XXS ? 4 : 3, 4>(a, groups);
-          else if (pmode == 3) launch_predecode<T, T == kIQ2_XXS ? 8 : 6, 8>(a, groups);
-          else launch_predecode<T, 6, 8>(a, groups);
+          else if (pmode == 2) launch_predecode<T, 6, 8>(a, groups);
+          else launch_predecode<T, T == kIQ2_XXS ? 8 : 6, 8>(a, groups);
           return;
         }
       }
