@@ -343,6 +343,26 @@ __device__ void attn_cp_async4(float* dst, const float* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
 }
 
+// Issues the cp.async copies of cn V row slices, elements i0 .. i0 + kD - 1 of row_of(jj), into
+// vs[jj * kD ..] (zeros past dim): 16-byte copies when vec4 (rows and the slice start 16-byte
+// aligned: dim % 4 == 0), else 4-byte ones. The caller commits (or waits on) them.
+template <int kD, class RowOf>
+__device__ __forceinline__ void attn_stage_v(float* vs, RowOf row_of, int cn, int64_t i0, int64_t dim, bool vec4) {
+  if (vec4) {
+    for (int e = threadIdx.x; e < cn * (kD / 4); e += blockDim.x) {
+      const int jj = e / (kD / 4), k = 4 * (e % (kD / 4));
+      const bool in = i0 + k < dim;
+      attn_cp_async16(vs + jj * kD + k, in ? row_of(jj) + i0 + k : row_of(jj), in ? 16 : 0);
+    }
+  } else {
+    for (int e = threadIdx.x; e < cn * kD; e += blockDim.x) {
+      const int jj = e / kD, k = e % kD;
+      const bool in = i0 + k < dim;
+      attn_cp_async4(vs + jj * kD + k, in ? row_of(jj) + i0 + k : row_of(jj), in ? 4 : 0);
+    }
+  }
+}
+
 // Dynamic shared memory of attn_combine_kernel<kChunk>: V slices [kChunk][kAttDims], probabilities
 // [kAttHeads][kChunk + 1] (+1: the denominator lanes hit distinct banks), sel ids [kChunk].
 constexpr size_t combine_smem(int chunk) {
@@ -539,19 +559,7 @@ __global__ void __launch_bounds__(kCbDims) attn_combine_rows_kernel(int n_head, 
       ps[e] = h0 + hl < n_head ? scratch[(h0 + hl) * a.n_rows + c0 + jj] : 0.0f;
     }
     __syncthreads();
-    if (vec4) {
-      for (int e = threadIdx.x; e < cn * (kCbDims / 4); e += blockDim.x) {
-        const int jj = e / (kCbDims / 4), k = 4 * (e % (kCbDims / 4));
-        const bool in = i0 + k < dim;
-        attn_cp_async16(vs + jj * kCbDims + k, in ? rows[jj] + i0 + k : rows[jj], in ? 16 : 0);
-      }
-    } else {
-      for (int e = threadIdx.x; e < cn * kCbDims; e += blockDim.x) {
-        const int jj = e / kCbDims, k = e % kCbDims;
-        const bool in = i0 + k < dim;
-        attn_cp_async4(vs + jj * kCbDims + k, in ? rows[jj] + i0 + k : rows[jj], in ? 4 : 0);
-      }
-    }
+    attn_stage_v<kCbDims>(vs, [&](int jj) { return rows[jj]; }, cn, i0, dim, vec4);
     cp_async_wait();
     __syncthreads();
     const float4* p4 = reinterpret_cast<const float4*>(ps);
@@ -664,20 +672,8 @@ __global__ void __launch_bounds__(kCbDims) attn_combine_mq_kernel(int n_head, in
         msk[jj] = m;
       }
       __syncthreads();
-      if (vec4) {
-        for (int e = threadIdx.x; e < cn * (kD / 4); e += blockDim.x) {
-          const int jj = e / (kD / 4), k = 4 * (e % (kD / 4));
-          const bool in = i0 + k < dim;
-          attn_cp_async16(vs + jj * kD + k, in ? rows[jj] + i0 + k : rows[jj], in ? 16 : 0);
-        }
-      } else {
-        for (int e = threadIdx.x; e < cn * kD; e += blockDim.x) {
-          const int jj = e / kD, k = e % kD;
-          const bool in = i0 + k < dim;
-          attn_cp_async4(vs + jj * kD + k, in ? rows[jj] + i0 + k : rows[jj], in ? 4 : 0);
-        }
-      }
-      asm volatile("cp.async.commit_group;" ::: "memory");
+      attn_stage_v<kD>(vs, [&](int jj) { return rows[jj]; }, cn, i0, dim, vec4);
+      cp_async_commit();
       // The probabilities while the V slices are in flight, ps[(jj * kT + k) * 8 + hl] = element
       // threadIdx.x + b * kCbDims: each thread's token k and head hl are fixed, its rows jj step by
       // kPsStep; all its loads issued before the stores.
