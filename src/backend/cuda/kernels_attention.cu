@@ -62,7 +62,8 @@ constexpr int kAttBatchLaneRows = 4;
 constexpr int kAttCombineThreads = kAttHeads * 32 + 32;  // 8 output warps + 1 denominator warp
 
 // One row element x times the 8 heads' q values (qa: heads 0-3, qb: 4-7) into a lane's 8
-// partial sums of dot8 (--fmad=false: each product rounded, then added).
+// partial sums of dot8, or one V element x times the 8 heads' probabilities into their weighted
+// sums (--fmad=false: each product rounded, then added).
 __device__ __forceinline__ void attn_acc8(float (&acc)[kAttHeads], float4 qa, float4 qb, float x) {
   acc[0] += qa.x * x;
   acc[1] += qa.y * x;
@@ -566,15 +567,7 @@ __global__ void __launch_bounds__(kCbDims) attn_combine_rows_kernel(int n_head, 
 #pragma unroll 4
     for (int jj = 0; jj < cn; ++jj) {
       const float v = vs[jj * kCbDims + threadIdx.x];
-      const float4 pa = p4[2 * jj], pb = p4[2 * jj + 1];
-      o[0] += pa.x * v;
-      o[1] += pa.y * v;
-      o[2] += pa.z * v;
-      o[3] += pa.w * v;
-      o[4] += pb.x * v;
-      o[5] += pb.y * v;
-      o[6] += pb.z * v;
-      o[7] += pb.w * v;
+      attn_acc8(o, p4[2 * jj], p4[2 * jj + 1], v);
     }
   }
   const int64_t i = i0 + threadIdx.x;
@@ -710,16 +703,7 @@ __global__ void __launch_bounds__(kCbDims) attn_combine_mq_kernel(int n_head, in
         auto add = [&](int k) {
           const float4 pa = p4[2 * (jj * kT + k)], pb = p4[2 * (jj * kT + k) + 1];
 #pragma unroll
-          for (int x = 0; x < kV; ++x) {
-            o[k][x][0] += pa.x * v[x];
-            o[k][x][1] += pa.y * v[x];
-            o[k][x][2] += pa.z * v[x];
-            o[k][x][3] += pa.w * v[x];
-            o[k][x][4] += pb.x * v[x];
-            o[k][x][5] += pb.y * v[x];
-            o[k][x][6] += pb.z * v[x];
-            o[k][x][7] += pb.w * v[x];
-          }
+          for (int x = 0; x < kV; ++x) attn_acc8(o[k][x], pa, pb, v[x]);
         };
         const unsigned m = msk[jj];
         if (m == (1u << kT) - 1) {  // every token attends the row (all but a few rows of a run): no branches
