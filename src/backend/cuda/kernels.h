@@ -296,11 +296,13 @@ int64_t attention_scratch_floats(int n_head, int64_t max_rows);
 /// (without sel: 4 tokens per block over the union of their rows, each row element loaded once
 /// for the 4 tokens x 8 heads, unless DS4_CUDA_ATTN_MULTIQ=0; with sel: one token per block, 8
 /// heads x 128 rows, 4 rows per lane), the softmax once per (token, head) (probabilities in
-/// place, denominators in row order), then the weighted sums, a thread per output dim for 8
-/// heads (each V element read once for them). Window positions >= chunk_pos0 are read from
-/// `chunk` (the chunk's KV rows [t][dim], as the ring would hold them) when it is non-null,
-/// earlier ones from the ring; the compressed rows are (pos[t]+1)/ratio of them, or, with sel,
-/// token t's n_sel rows listed at sel + t*sel_stride. Bit-identical to n_tok sink_attention calls.
+/// place, denominators in row order), then the weighted sums for 8 heads (each V element read
+/// once for them: without sel, 4 tokens per block over their union of rows and 2 output dims per
+/// thread unless DS4_CUDA_ATTN_MULTIQ_COMBINE=0; with sel, one token and a dim per thread).
+/// Window positions >= chunk_pos0 are read from `chunk` (the chunk's KV rows [t][dim], as the
+/// ring would hold them) when it is non-null, earlier ones from the ring; the compressed rows are
+/// (pos[t]+1)/ratio of them, or, with sel, token t's n_sel rows listed at sel + t*sel_stride.
+/// Bit-identical to n_tok sink_attention calls.
 void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,
                           const float* raw, int64_t raw_cap, const float* chunk, int64_t chunk_pos0, int64_t n_swa,
                           const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
