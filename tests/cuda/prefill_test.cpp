@@ -68,22 +68,7 @@ std::vector<T> down(const cuda::DeviceArray<T>& d) {
 void expect_grouped_matmat_equals_matvecs(const cuda::DevMatrix& w, int64_t R, int groups, int n, const float* x,
                                           int64_t cols, uint8_t* act, uint8_t* act1, const std::string& what) {
   cuda::DeviceArray<float> y(static_cast<size_t>(n) * groups * R), ref(static_cast<size_t>(n) * groups * R);
-  cuda::MatmatOp o;
-  o.w = &w;
-  o.n_rows = R;
-  o.group_rows = R;
-  o.groups = groups;
-  o.n_tok = n;
-  o.in_mul = groups;
-  o.in_gmul = 1;
-  o.x = x;
-  o.x_stride = cols;
-  o.n_in = n * groups;
-  o.y = y.get();
-  o.y_stride = groups * R;
-  o.y_gstride = R;
-  o.act = act;
-  cuda::matmat(o);
+  cuda::matmat(cuda::grouped_matmat_op(w, R, groups, n, x, cols, y.get(), groups * R, act));
   for (int k = 0; k < n; ++k)
     cuda::matvec(w, 0, R, R, nullptr, groups, x + k * groups * cols, cols, ref.get() + k * groups * R, R, act1);
   const auto a = down(y), b = down(ref);

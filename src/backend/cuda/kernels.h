@@ -123,6 +123,29 @@ struct MatmatOp {
   bool act_ready = false;
 };
 
+/// The grouped-input MatmatOp (the attention output projection's form, spec §3.4.9): group g of
+/// token k reads input row k*groups + g (x + (k*groups + g)*x_stride, w.cols f32 values) and
+/// weight rows g*rows .. g*rows + rows - 1, and writes y[k*y_stride + g*rows + r]. `act` holds
+/// the n_tok*groups quantized input rows. No device work; run it with matmat.
+inline MatmatOp grouped_matmat_op(const DevMatrix& w, int64_t rows, int groups, int n_tok, const float* x,
+                                  int64_t x_stride, float* y, int64_t y_stride, uint8_t* act) {
+  MatmatOp o;
+  o.w = &w;
+  o.n_rows = o.group_rows = rows;
+  o.groups = groups;
+  o.n_tok = n_tok;
+  o.in_mul = groups;
+  o.in_gmul = 1;
+  o.x = x;
+  o.x_stride = x_stride;
+  o.n_in = n_tok * groups;
+  o.y = y;
+  o.y_stride = y_stride;
+  o.y_gstride = rows;
+  o.act = act;
+  return o;
+}
+
 /// Runs one MatmatOp (see there); nothing for an empty op. One launch (plus the quantization).
 void matmat(const MatmatOp& op);
 

@@ -1433,6 +1433,30 @@ __host__ __device__ constexpr int payload_bytes() {
   else return Fmt<T>::kBytes;
 }
 
+// One IQ2_XXS 32-value group of a 16-row A tile (its 8-byte words qg of row g, qg8 of row g + 8;
+// t = lane % 4: values 4t.. are grid entry t/2, half t%2, values 16 + 4t.. entry 2 + t/2) against
+// nt <= NT token tiles: one m16n8k32 per tile with B read at yq(j) (token tile j's group bytes for
+// this lane's token row), each integer sum times its row's odd group scale 2s + 1 into isum[j].
+template <int NT, class YRow>
+__device__ __forceinline__ void iq2_group_mmas(uint2 qg, uint2 qg8, int t, const Tables& tab, int nt, YRow yq,
+                                               int (&isum)[NT][4]) {
+  const int e = t >> 1, h = t & 1;
+  const int av[4] = {iq2_word(qg.x, qg.y, e, h, tab), iq2_word(qg8.x, qg8.y, e, h, tab),
+                     iq2_word(qg.x, qg.y, 2 + e, h, tab), iq2_word(qg8.x, qg8.y, 2 + e, h, tab)};
+  const int sg = static_cast<int>(2 * (qg.y >> 28) + 1), sg8 = static_cast<int>(2 * (qg8.y >> 28) + 1);
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    if (j >= nt) break;  // uniform
+    int c[4];
+    const uint8_t* y = yq(j);
+    mma_s8_16x8x32(av, ld32(y + 4 * t), ld32(y + 16 + 4 * t), c);
+    isum[j][0] += c[0] * sg;
+    isum[j][1] += c[1] * sg;
+    isum[j][2] += c[2] * sg8;
+    isum[j][3] += c[3] * sg8;
+  }
+}
+
 // A fragment of 32-value part `part` of a Q2_K / Q4_K block (weight rows g at bg, g + 8 at bg8;
 // t = lane % 4): Q2_K's 2-bit codes times their 4-bit sub-block scales (<= 45: fits int8), scale
 // byte i of row g (r = 0) or g + 8 (r = 1) read through sbyte(r, i); Q4_K's 4-bit codes (its 6-bit
@@ -1623,25 +1647,10 @@ __global__ void __launch_bounds__(kMqWarps * 32) matmat_mma_kernel(MatmatArgs a)
 #pragma unroll
         for (int j = 0; j < NT; ++j) isum[j][0] = isum[j][1] = isum[j][2] = isum[j][3] = 0;
 #pragma unroll
-        for (int gi = 0; gi < 8; ++gi) {
-          const uint2 qg = *reinterpret_cast<const uint2*>(wg + b * B + 8 * gi);
-          const uint2 qg8 = *reinterpret_cast<const uint2*>(wg8 + b * B + 8 * gi);
-          const int e = t >> 1, h = t & 1;  // values 4t.. = grid entry t/2, half t%2; 16+4t.. entry 2 + t/2
-          const int av[4] = {iq2_word(qg.x, qg.y, e, h, tab), iq2_word(qg8.x, qg8.y, e, h, tab),
-                             iq2_word(qg.x, qg.y, 2 + e, h, tab), iq2_word(qg8.x, qg8.y, 2 + e, h, tab)};
-          const int sg = static_cast<int>(2 * (qg.y >> 28) + 1), sg8 = static_cast<int>(2 * (qg8.y >> 28) + 1);
-#pragma unroll
-          for (int j = 0; j < NT; ++j) {
-            if (j >= nt) break;  // uniform
-            int c[4];
-            const uint8_t* yq = tb[j] + b * kAct + 4 + 32 * gi;
-            mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
-            isum[j][0] += c[0] * sg;
-            isum[j][1] += c[1] * sg;
-            isum[j][2] += c[2] * sg8;
-            isum[j][3] += c[3] * sg8;
-          }
-        }
+        for (int gi = 0; gi < 8; ++gi)
+          iq2_group_mmas(*reinterpret_cast<const uint2*>(wg + b * B + 8 * gi),
+                         *reinterpret_cast<const uint2*>(wg8 + b * B + 8 * gi), t, tab, nt,
+                         [&](int j) { return tb[j] + b * kAct + 4 + 32 * gi; }, isum);
         const float dg = h2f(ld16(wg + nblk * B + 2 * b)), dg8 = h2f(ld16(wg8 + nblk * B + 2 * b));
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
@@ -1708,25 +1717,10 @@ __device__ __forceinline__ void sg_tile(const uint8_t* ws, const uint8_t* tw, co
     if constexpr (T == kIQ2_XXS) {
       const uint8_t* bg = ws + bi * B;
 #pragma unroll
-      for (int gi = 0; gi < 8; ++gi) {
-        const uint2 qg = *reinterpret_cast<const uint2*>(bg + 8 * gi);
-        const uint2 qg8 = *reinterpret_cast<const uint2*>(bg + 8 * kWStride + 8 * gi);
-        const int e = t >> 1, h = t & 1;
-        const int av[4] = {iq2_word(qg.x, qg.y, e, h, tab), iq2_word(qg8.x, qg8.y, e, h, tab),
-                           iq2_word(qg.x, qg.y, 2 + e, h, tab), iq2_word(qg8.x, qg8.y, 2 + e, h, tab)};
-        const int sg = static_cast<int>(2 * (qg.y >> 28) + 1), sg8 = static_cast<int>(2 * (qg8.y >> 28) + 1);
-#pragma unroll
-        for (int j = 0; j < NT; ++j) {
-          if (j >= nt) break;  // uniform
-          int c[4];
-          const uint8_t* yq = xs + (8 * j + g) * kXStride + bi * kAct + 4 + 32 * gi;
-          mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
-          isum[j][0] += c[0] * sg;
-          isum[j][1] += c[1] * sg;
-          isum[j][2] += c[2] * sg8;
-          isum[j][3] += c[3] * sg8;
-        }
-      }
+      for (int gi = 0; gi < 8; ++gi)
+        iq2_group_mmas(*reinterpret_cast<const uint2*>(bg + 8 * gi),
+                       *reinterpret_cast<const uint2*>(bg + 8 * kWStride + 8 * gi), t, tab, nt,
+                       [&](int j) { return xs + (8 * j + g) * kXStride + bi * kAct + 4 + 32 * gi; }, isum);
       const uint8_t* ts = tw + 2 * bi;
       const float dg = h2f(ld16(ts)), dg8 = h2f(ld16(ts + 8 * kTail));
 #pragma unroll
