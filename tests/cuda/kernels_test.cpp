@@ -389,6 +389,45 @@ TEST_F(CudaKernels, FusedActivationQuantizationMatchesCpu) {
   }
 }
 
+// The matvec inputs' quantization (cuda::quantize_rows) against quant::quantize_activation, byte
+// for byte: Q8_0 (for Q8_0 weights) in whole and partial 8-block warp groups, rows 16-byte
+// aligned (vector loads) or not (odd strides), blocks that are all zero, subnormal (the inverse
+// scale overflows: a zero block), with one NaN or all NaN (scale 0); Q8_K (for Q2_K weights)
+// likewise.
+TEST_F(CudaKernels, QuantizeRowsMatchesCpu) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  struct Case { GgmlType weight; quant::ActType act; int64_t cols, stride; int rows; };
+  const Case cases[] = {{GgmlType::Q8_0, quant::ActType::Q8_0, 4096, 4096, 5},
+                        {GgmlType::Q8_0, quant::ActType::Q8_0, 96, 101, 3},
+                        {GgmlType::Q8_0, quant::ActType::Q8_0, 800, 804, 4},
+                        {GgmlType::Q2_K, quant::ActType::Q8_K, 2048, 2048, 3},
+                        {GgmlType::Q2_K, quant::ActType::Q8_K, 512, 517, 2}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "cols " << c.cols << " stride " << c.stride);
+    std::vector<float> x(static_cast<size_t>(c.stride * c.rows));
+    for (float& v : x) v = 3.0f * nd(rng);
+    for (int64_t i = 0; i < 32; ++i) {  // row 0: a zero block, a subnormal block, a NaN in a block
+      x[static_cast<size_t>(32 + i)] = 0.0f;
+      x[static_cast<size_t>(64 + i)] = (i % 2 ? -1.0f : 1.0f) * 1.0e-41f;
+    }
+    x[5] = std::numeric_limits<float>::quiet_NaN();
+    for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(c.stride + i)] = std::numeric_limits<float>::quiet_NaN();
+    const size_t ab = quant::act_row_bytes(c.act, c.cols);
+    std::vector<uint8_t> want(ab * static_cast<size_t>(c.rows));
+    for (int r = 0; r < c.rows; ++r) quant::quantize_activation(c.act, &x[static_cast<size_t>(r * c.stride)], &want[r * ab], c.cols);
+    cuda::DeviceArray<float> dx(x.size());
+    dx.upload(x.data(), x.size());
+    ASSERT_EQ(cuda::act_row_bytes(static_cast<uint32_t>(c.weight), c.cols), ab);
+    cuda::DeviceArray<uint8_t> q(want.size());
+    cuda::quantize_rows(static_cast<uint32_t>(c.weight), dx.get(), c.stride, c.cols, c.rows, q.get());
+    cuda::check(cudaDeviceSynchronize(), "quantize_rows");
+    std::vector<uint8_t> got(want.size());
+    q.download(got.data(), got.size());
+    EXPECT_EQ(got, want);
+  }
+}
+
 // Router selection (spec §3.5) with many exact ties and a NaN logit, with and without bias, against
 // router_probs + router_select_top_k + router_weights.
 TEST_F(CudaKernels, RouterSelectionMatchesCpuWithTies) {

@@ -26,7 +26,7 @@ __device__ int8_t round_clamp_i8(float v) {
 // One 32-value Q8_0 activation block, lane j owning value j (the whole warp calls it). The max
 // of |x| does not depend on the order it is taken in, so the result is the reference's exactly.
 __device__ void quantize_q8_0_block(float v, int lane, BQ8_0Act* out) {
-  float amax = fabsf(v);
+  float amax = fmaxf(0.0f, fabsf(v));  // NaN -> 0: an all-NaN block scales by 0, as the reference
   for (int off = 16; off >= 1; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(kQuantFull, amax, off));
   const float d = amax / 127.0f;
   const float id = d != 0.0f ? 1.0f / d : 0.0f;
@@ -37,6 +37,35 @@ __device__ void quantize_q8_0_block(float v, int lane, BQ8_0Act* out) {
   }
   if (lane == 0) out->d = d;
   out->qs[lane] = round_clamp_i8(v * id);
+}
+
+// Four consecutive int8 values packed little-endian, for one 32-bit store (every activation
+// block's qs starts 4 bytes into a 4-byte aligned block).
+__device__ uint32_t pack_i8x4(const int8_t* q) {
+  return static_cast<uint8_t>(q[0]) | static_cast<uint32_t>(static_cast<uint8_t>(q[1])) << 8 |
+         static_cast<uint32_t>(static_cast<uint8_t>(q[2])) << 16 |
+         static_cast<uint32_t>(static_cast<uint8_t>(q[3])) << 24;
+}
+
+// Eight Q8_0 activation blocks (256 values), lane l owning values 8(l%4)..8(l%4)+7 of block
+// l/4 (the whole warp calls it; lanes with live false take part in the shuffles but store
+// nothing). Same values as quantize_q8_0_block: the max of |x| over the block (fmaxf, order-free,
+// NaN ignored) then the same scale and rounding, with 2 shuffles instead of 5 and 32-bit stores.
+__device__ void quantize_q8_0_blocks8(const float (&v)[8], int lane, bool live, BQ8_0Act* out) {
+  float amax = 0.0f;  // fmaxf drops NaN, as the reference's "NaN never wins"
+  for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
+  amax = fmaxf(amax, __shfl_xor_sync(kQuantFull, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(kQuantFull, amax, 2));
+  if (!live) return;
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const int part = lane & 3;
+  int8_t q[8];
+  for (int j = 0; j < 8; ++j) q[j] = isinf(id) ? 0 : round_clamp_i8(v[j] * id);
+  if (part == 0) out->d = isinf(id) ? 0.0f : d;
+  uint32_t* qs = reinterpret_cast<uint32_t*>(out->qs + 8 * part);
+  qs[0] = pack_i8x4(q);
+  qs[1] = pack_i8x4(q + 4);
 }
 
 // One 256-value Q8_K block, lane l owning values 8l..8l+7 (the whole warp calls it). The
@@ -70,11 +99,14 @@ __device__ void quantize_q8_k_block(const float (&v)[8], int lane, BQ8_K* y, Val
     return;
   }
   int sum = 0;
+  int8_t q[8];
   for (int j = 0; j < 8; ++j) {
-    const int8_t q = round_clamp_i8(iscale * v[j]);
-    y->qs[8 * lane + j] = q;
-    sum += q;
+    q[j] = round_clamp_i8(iscale * v[j]);
+    sum += q[j];
   }
+  uint32_t* qs = reinterpret_cast<uint32_t*>(y->qs + 8 * lane);
+  qs[0] = pack_i8x4(q);
+  qs[1] = pack_i8x4(q + 4);
   sum += __shfl_xor_sync(kQuantFull, sum, 1);  // 16-value group = lanes 2g, 2g+1
   if ((lane & 1) == 0) y->bsums[lane / 2] = static_cast<int16_t>(sum);
   if (lane == 0) y->d = 1.0f / iscale;

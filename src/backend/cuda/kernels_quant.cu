@@ -41,11 +41,21 @@ __device__ float c_mx_half[256];
 __device__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 
-// Sources of the values to quantize: element i of row r.
+// Sources of the values to quantize: element i of row r, and load8 for elements i..i+7 (i a
+// multiple of 8), by 16-byte loads where the address allows.
+__device__ void load_f32x8(const float* p, float (&v)[8]) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 == 0) {
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    for (int j = 0; j < 8; ++j) v[j] = p[j];
+  }
+}
 struct RowSrc {  // a plain f32 row
   const float* x;
   int64_t stride;
   __device__ float operator()(int64_t r, int64_t i) const { return x[r * stride + i]; }
+  __device__ void load8(int64_t r, int64_t i, float (&v)[8]) const { load_f32x8(x + r * stride + i, v); }
 };
 struct SwigluSrc {  // SwiGLU of expert hidden rows (swiglu_kernel's formula)
   const float* gate;
@@ -56,19 +66,31 @@ struct SwigluSrc {  // SwiGLU of expert hidden rows (swiglu_kernel's formula)
   __device__ float operator()(int64_t r, int64_t i) const {
     return swiglu_value(gate[r * n + i], up[r * n + i], clamp, w ? w[r] : 1.0f);
   }
+  __device__ void load8(int64_t r, int64_t i, float (&v)[8]) const {
+    float g[8], u[8];
+    load_f32x8(gate + r * n + i, g);
+    load_f32x8(up + r * n + i, u);
+    const float wr = w ? w[r] : 1.0f;
+    for (int j = 0; j < 8; ++j) v[j] = swiglu_value(g[j], u[j], clamp, wr);
+  }
 };
 
-// One warp per 32-value block (quantize_q8_0_block).
+// One warp per 8 Q8_0 blocks of a row (quantize_q8_0_blocks8; the row's last group may be
+// partial). ncu, H200: the former warp per 32-value block took 644 us for the 16384 x 4096
+// grouped attention output, ~8x its memory time.
 template <class Src>
 __global__ void quant_q8_0_kernel(Src src, int64_t cols, int rows, uint8_t* act, size_t act_bytes) {
   pdl_wait();
   pdl_trigger();
-  const int64_t nb = cols / 32;
+  const int64_t nb = cols / 32, ng = (nb + 7) / 8;
   const int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
-  if (i >= nb * rows) return;  // uniform across the warp
-  const int64_t r = i / nb, b = i % nb;
-  quantize_q8_0_block(src(r, b * 32 + lane), lane, reinterpret_cast<BQ8_0Act*>(act + r * act_bytes) + b);
+  if (i >= ng * rows) return;  // uniform across the warp
+  const int64_t r = i / ng, b = (i % ng) * 8 + lane / 4;
+  const bool live = b < nb;
+  float v[8] = {};
+  if (live) src.load8(r, b * 32 + 8 * (lane & 3), v);
+  quantize_q8_0_blocks8(v, lane, live, reinterpret_cast<BQ8_0Act*>(act + r * act_bytes) + b);
 }
 
 // One warp per 256-value block (quantize_q8_k_block).
@@ -82,7 +104,7 @@ __global__ void quant_q8_k_kernel(Src src, int64_t cols, int rows, uint8_t* act,
   if (i >= nb * rows) return;
   const int64_t r = i / nb, b = i % nb;
   float v[8];
-  for (int j = 0; j < 8; ++j) v[j] = src(r, b * 256 + 8 * lane + j);
+  src.load8(r, b * 256 + 8 * lane, v);
   quantize_q8_k_block(v, lane, reinterpret_cast<BQ8_K*>(act + r * act_bytes) + b,
                       [&](int k) { return src(r, b * 256 + k); });
 }
@@ -904,11 +926,11 @@ size_t act_row_bytes(uint32_t type, int64_t cols) {
 namespace {
 
 // Quantizes `rows` rows of `cols` values from `src` into activation blocks of format `at`
-// (Q8_0 or Q8_K), rows `act_bytes` apart: 4 warps of 32 per launch block, one per quant block.
+// (Q8_0 or Q8_K), rows `act_bytes` apart: 4 warps per launch block, each quantizing 256 values.
 template <class Src>
 void quantize_src(ActFormat at, Src src, int64_t cols, int rows, uint8_t* act, size_t act_bytes) {
-  const int64_t blocks = (at == ActFormat::Q8_0 ? cols / 32 : cols / 256) * rows;
-  const unsigned nblk = static_cast<unsigned>((blocks + 3) / 4);
+  const int64_t warps = (at == ActFormat::Q8_0 ? (cols / 32 + 7) / 8 : cols / 256) * rows;
+  const unsigned nblk = static_cast<unsigned>((warps + 3) / 4);
   if (at == ActFormat::Q8_0) launch_k(quant_q8_0_kernel<Src>, nblk, 128, 0, src, cols, rows, act, act_bytes);
   else launch_k(quant_q8_k_kernel<Src>, nblk, 128, 0, src, cols, rows, act, act_bytes);
 }
@@ -1706,11 +1728,11 @@ __host__ __device__ constexpr int tail_bytes() {
 // stage's activations (token 8j + i at i * kXStride). Every decoded A fragment feeds the nt
 // MMAs; each block's integer sums and float steps are matmat_mma_kernel's, into acc[j] in block
 // order, so results equal matvec bit for bit.
-template <uint32_t T, int NT, int kWStride, int kTail, int kXStride>
+template <uint32_t T, int NT, int kWStride, int kTail, int kXStride, int kBlk = kSgBlk>
 __device__ __forceinline__ void sg_tile(const uint8_t* ws, const uint8_t* tw, const uint8_t* xs, int nt, int g, int t,
                                         const Tables& tab, float (&acc)[NT][4]) {
   constexpr int B = payload_bytes<T>(), kAct = ActFmt<T>::kBytes;
-  for (int bi = 0; bi < kSgBlk; ++bi) {
+  for (int bi = 0; bi < kBlk; ++bi) {
     int isum[NT][4];
 #pragma unroll
     for (int j = 0; j < NT; ++j) isum[j][0] = isum[j][1] = isum[j][2] = isum[j][3] = 0;
@@ -1843,16 +1865,22 @@ __device__ __forceinline__ void sg_tile(const uint8_t* ws, const uint8_t* tw, co
 // as matmat_mma_kernel, blocks in ascending order into the same
 // accumulator (K tiles ascending, blocks ascending within a tile); only which pass a token
 // falls in and the order between different outputs change.
-template <uint32_t T, int kG, int kW>
+template <uint32_t T, int kG, int kW, int kBlk = kSgBlk>
 struct Pd {
   static constexpr int G = kG;
   static constexpr int kRows = 16 * kW;
   static constexpr int kTok = 8 * kG;
   static constexpr int kAct = ActFmt<T>::kBytes;
-  static constexpr int kWBytes = kSgBlk * payload_bytes<T>();
-  static constexpr int kWStride = (kWBytes / 16) % 2 ? kWBytes : kWBytes + 16;
-  static constexpr int kTail = kSgBlk * tail_bytes<T>();
-  static constexpr int kXStride = kSgBlk * kAct;
+  // Rows and activation tiles are staged at strides that are odd multiples of 16 bytes (bank-
+  // conflict-free fragment reads of 8 rows or tokens x 4 lanes), by 16-byte copies when they are
+  // whole 16-byte chunks (kBlk = 4), else 8-byte ones (kBlk = 2: Q2_K rows of 168 bytes at 176,
+  // activation tiles of 584 bytes at 592).
+  static constexpr int pad_odd16(int b) { return (b + 15) / 16 % 2 ? (b + 15) / 16 * 16 : (b + 15) / 16 * 16 + 16; }
+  static constexpr int kWBytes = kBlk * payload_bytes<T>();
+  static constexpr int kWStride = pad_odd16(kWBytes);
+  static constexpr int kTail = kBlk * tail_bytes<T>();
+  static constexpr int kXBytes = kBlk * kAct;  // a token's activation bytes per K tile
+  static constexpr int kXStride = pad_odd16(kXBytes);
   static constexpr int kT = kRows * kWStride;
   static constexpr int kX = kT + (kRows * kTail + 15) / 16 * 16;
   static constexpr int kStage = kX + kTok * kXStride;
@@ -1861,16 +1889,17 @@ struct Pd {
   static constexpr int kPtr = kTab + (kRows + 2 * kTok) * 8;
   static constexpr int kStages = (kPtr + 15) / 16 * 16;
   static constexpr size_t kSmem = static_cast<size_t>(kStages) + 2 * static_cast<size_t>(kStage);
-  static_assert(kWBytes % 16 == 0 && kXStride % 16 == 0 && (kXStride / 16) % 2 == 1 && kStage % 16 == 0,
-                "staged rows must be 16-byte copies at an odd multiple of 16 bytes");
+  static_assert(kWBytes % 8 == 0 && kXBytes % 8 == 0 && kXStride % 16 == 0 && (kXStride / 16) % 2 == 1 &&
+                    kStage % 16 == 0 && (kTail == 0 || kTail == 4 || kTail == 8),
+                "staged rows must be 16-byte (weights) or 8-byte (activations) copies at an odd multiple of 16 bytes");
   static_assert(kSmem <= 227 * 1024, "predecode stages exceed a block's shared memory");
 };
 
-template <uint32_t T, int kG, int kW>
-__global__ void __launch_bounds__(kW * 32) matmat_predecode_kernel(MatmatArgs a) {
+template <uint32_t T, int kG, int kW, int kBlk = kSgBlk, int kMinBlocks = 0>
+__global__ void __launch_bounds__(kW * 32, kMinBlocks) matmat_predecode_kernel(MatmatArgs a) {
   pdl_wait();
   pdl_trigger();
-  using L = Pd<T, kG, kW>;
+  using L = Pd<T, kG, kW, kBlk>;
   constexpr int G = L::G, B = payload_bytes<T>(), kAct = L::kAct;
   extern __shared__ __align__(16) uint8_t pd_smem[];
   const Tables& tab = *reinterpret_cast<const Tables*>(pd_smem);
@@ -1893,7 +1922,7 @@ __global__ void __launch_bounds__(kW * 32) matmat_predecode_kernel(MatmatArgs a)
   const int64_t r0 = rb + 16 * warp;
   const bool live = r0 < a.n_rows;  // warps past the rows still copy and synchronise
   const int64_t nblk = a.cols / Fmt<T>::kVals;
-  const int nkt = static_cast<int>(nblk / kSgBlk);
+  const int nkt = static_cast<int>(nblk / kBlk);
   const int npass = (n + L::kTok - 1) / L::kTok;
   const int nsteps = npass * nkt;
   const int32_t* list = a.list ? a.list + grp * a.list_stride : nullptr;
@@ -1914,20 +1943,38 @@ __global__ void __launch_bounds__(kW * 32) matmat_predecode_kernel(MatmatArgs a)
     const int p = s / nkt, kt = s - p * nkt, nt = tiles(p);
     uint8_t* sb = stages + (s & 1) * L::kStage;
     const uint8_t* const* xq = xp + (p & 1) * L::kTok;
-    const int64_t b0 = static_cast<int64_t>(kt) * kSgBlk;
-    constexpr int C = L::kWBytes / 16;
-    for (int i = tid; i < L::kRows * C; i += blockDim.x) {
-      const int row = i / C, c = i - row * C;
-      cp_async16(sb + row * L::kWStride + 16 * c, wp[row] + b0 * B + 16 * c);
+    const int64_t b0 = static_cast<int64_t>(kt) * kBlk;
+    if constexpr (L::kWBytes % 16 == 0) {
+      constexpr int C = L::kWBytes / 16;
+      for (int i = tid; i < L::kRows * C; i += blockDim.x) {
+        const int row = i / C, c = i - row * C;
+        cp_async16(sb + row * L::kWStride + 16 * c, wp[row] + b0 * B + 16 * c);
+      }
+    } else {  // 8-byte aligned tiles (Q2_K: kBlk * 84 bytes)
+      constexpr int C = L::kWBytes / 8;
+      for (int i = tid; i < L::kRows * C; i += blockDim.x) {
+        const int row = i / C, c = i - row * C;
+        cp_async8(sb + row * L::kWStride + 8 * c, wp[row] + b0 * B + 8 * c);
+      }
     }
     if constexpr (Split<T>::kOn) {  // the tile's scale fields: after the row's nblk payloads
-      for (int i = tid; i < L::kRows; i += blockDim.x)
-        cp_async8(sb + L::kT + i * L::kTail, wp[i] + nblk * B + b0 * tail_bytes<T>());
+      for (int i = tid; i < L::kRows; i += blockDim.x) {
+        if constexpr (L::kTail == 8) cp_async8(sb + L::kT + i * L::kTail, wp[i] + nblk * B + b0 * tail_bytes<T>());
+        else cp_async4(sb + L::kT + i * L::kTail, wp[i] + nblk * B + b0 * tail_bytes<T>());
+      }
     }
-    constexpr int CX = L::kXStride / 16;
-    for (int i = tid; i < 8 * nt * CX; i += blockDim.x) {
-      const int tok = i / CX, c = i - tok * CX;
-      cp_async16(sb + L::kX + tok * L::kXStride + 16 * c, xq[tok] + b0 * kAct + 16 * c);
+    if constexpr (L::kXBytes % 16 == 0) {
+      constexpr int CX = L::kXBytes / 16;
+      for (int i = tid; i < 8 * nt * CX; i += blockDim.x) {
+        const int tok = i / CX, c = i - tok * CX;
+        cp_async16(sb + L::kX + tok * L::kXStride + 16 * c, xq[tok] + b0 * kAct + 16 * c);
+      }
+    } else {  // 8-byte aligned tiles (kBlk * 292 bytes from a 16-byte aligned row)
+      constexpr int CX = L::kXBytes / 8;
+      for (int i = tid; i < 8 * nt * CX; i += blockDim.x) {
+        const int tok = i / CX, c = i - tok * CX;
+        cp_async8(sb + L::kX + tok * L::kXStride + 8 * c, xq[tok] + b0 * kAct + 8 * c);
+      }
     }
     cp_async_commit();
   };
@@ -1954,7 +2001,7 @@ __global__ void __launch_bounds__(kW * 32) matmat_predecode_kernel(MatmatArgs a)
     __syncthreads();
     const uint8_t* sb = stages + (s & 1) * L::kStage;
     if (live)
-      sg_tile<T, G, L::kWStride, L::kTail, L::kXStride>(sb + (16 * warp + g) * L::kWStride,
+      sg_tile<T, G, L::kWStride, L::kTail, L::kXStride, kBlk>(sb + (16 * warp + g) * L::kWStride,
                                                         sb + L::kT + (16 * warp + g) * L::kTail, sb + L::kX, nt, g,
                                                         t, tab, acc);
     if (kt == nkt - 1) {  // pass p done: its outputs, then fresh accumulators
@@ -2186,7 +2233,22 @@ bool staged_off() {
   return off;
 }
 
-// matmat_predecode_kernel's shape: 128-row blocks (1 block per SM), IQ2_XXS with 8 token tiles
+// IQ2_XXS and Q2_K predecode K tiles: 2 blocks per stage by default (half the shared memory of
+// 4, so two blocks share an SM: 4 warps per scheduler instead of 2, where ncu put 40 % of the
+// 4-block kernel's stalls on fixed-latency dependencies), 128-row blocks with 6 token tiles.
+// H200, 2K prefill: 2356 -> 2485 tok/s, experts' down 2351 -> 1945 us per call, gate/up 2020 ->
+// 1710 (perf-notes, tenth pass). DS4_CUDA_PREDECODE_KTILE=3: 96-row blocks with 8 tiles (2410
+// tok/s); =4: the 4-block tiles, shaped by DS4_CUDA_MATMAT_PREDECODE (comparisons).
+int predecode_ktile() {
+  static const int n = [] {
+    const char* v = std::getenv("DS4_CUDA_PREDECODE_KTILE");
+    return v && (v[0] == '3' || v[0] == '4') ? v[0] - '0' : 2;
+  }();
+  return n;
+}
+
+// matmat_predecode_kernel's shape under DS4_CUDA_PREDECODE_KTILE=4: 128-row
+// blocks (1 block per SM), IQ2_XXS with 8 token tiles
 // per pass (64 tokens, 220 KB, 124 registers; +1 % prefill over 6 tiles in three runs:
 // perf-notes, ninth pass), Q2_K with 6 (8 would not fit). DS4_CUDA_MATMAT_PREDECODE=2: IQ2_XXS
 // with 6 tiles too; =1: 64-row blocks (2 blocks per SM: IQ2_XXS 4 tiles, Q2_K 3). Q4_K takes
@@ -2199,10 +2261,10 @@ int predecode_mode() {
   return mode;
 }
 
-template <uint32_t T, int kG, int kW>
+template <uint32_t T, int kG, int kW, int kBlk = kSgBlk, int kMinBlocks = 0>
 void launch_predecode(const MatmatArgs& a, int groups) {
-  using L = Pd<T, kG, kW>;
-  auto* k = matmat_predecode_kernel<T, kG, kW>;
+  using L = Pd<T, kG, kW, kBlk>;
+  auto* k = matmat_predecode_kernel<T, kG, kW, kBlk, kMinBlocks>;
   allow_dynamic_smem(reinterpret_cast<const void*>(k), L::kSmem);
   cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   const dim3 grid(static_cast<unsigned>((a.n_rows + L::kRows - 1) / L::kRows), static_cast<unsigned>(groups));
@@ -2260,6 +2322,11 @@ void launch_matmat(const MatmatArgs& a, int groups) {
             reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.act_stride % 16 == 0 &&
             reinterpret_cast<uintptr_t>(a.act) % 16 == 0) {
           const int pmode = predecode_mode();
+          const int ktile = predecode_ktile();
+          if constexpr (T == kIQ2_XXS || T == kQ2_K) {
+            if (ktile == 2) return launch_predecode<T, 6, 8, 2, 2>(a, groups);
+            if (ktile == 3) return launch_predecode<T, 8, 6, 2, 2>(a, groups);
+          }
           if constexpr (T == kQ4_K) launch_predecode<T, 2, 4>(a, groups);
           else if (pmode == 1) launch_predecode<T, T == kIQ2_XXS ? 4 : 3, 4>(a, groups);
           else if (pmode == 2) launch_predecode<T, 6, 8>(a, groups);
