@@ -1448,6 +1448,34 @@ __device__ __forceinline__ void mma_s8_16x8x32(const int (&a)[4], int b0, int b1
 #endif
 }
 
+// mma m16n8k32 s8 accumulating into c (c += A·B, exact in s32 as the separate sums are).
+__device__ __forceinline__ void mma_s8_16x8x32_acc(const int (&a)[4], int b0, int b1, int (&c)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// mma m16n8k16 with a signed int8 A (a0 = row g, k 4t..4t+3; a1 = row g + 8) and an int8 B
+// (b = k 4t..4t+3 of column g), signed or unsigned by kBSigned, accumulating into c (same C
+// layout as m16n8k32).
+template <bool kBSigned>
+__device__ __forceinline__ void mma_s8_16x8x16_acc(int a0, int a1, int b, int (&c)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (kBSigned)
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b));
+  else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.u8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(b));
+#endif
+}
+
 // Payload bytes of a block of a split format (weight_layout.cuh); the whole block otherwise.
 template <uint32_t T>
 __host__ __device__ constexpr int payload_bytes() {
@@ -1784,13 +1812,12 @@ __device__ __forceinline__ void sg_tile(const uint8_t* ws, const uint8_t* tw, co
 #pragma unroll
         for (int j = 0; j < NT; ++j) {
           if (j >= nt) break;  // uniform
-          int c[4];
           const uint8_t* yq = xs + (8 * j + g) * kXStride + bi * kAct + 4 + 32 * part;
-          mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
           if constexpr (T == kQ2_K) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) isum[j][i] += c[i];
+            mma_s8_16x8x32_acc(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), isum[j]);
           } else {
+            int c[4];
+            mma_s8_16x8x32(av, ld32(yq + 4 * t), ld32(yq + 16 + 4 * t), c);
             isum[j][0] += sg * c[0];
             isum[j][1] += sg * c[1];
             isum[j][2] += sg8 * c[2];
@@ -1801,6 +1828,16 @@ __device__ __forceinline__ void sg_tile(const uint8_t* ws, const uint8_t* tw, co
       const int off = T == kQ2_K ? 80 : 0;  // d, dmin
       const float wd[2] = {h2f(ld16(bg + off)), h2f(ld16(bg8 + off))};
       const float wm[2] = {h2f(ld16(bg + off + 2)), h2f(ld16(bg8 + off + 2))};
+      // Q2_K's min correction as a 16-row x 16-sub-block x 8-token integer product on the tensor
+      // cores: A = the 4-bit mins of sub-blocks 4t.. (scale bytes >> 4), B = each token's int16
+      // bsums split into unsigned low and signed high bytes (bsum = lo + 256 hi), so
+      // summs = A·hi * 256 + A·lo, exactly the sum below (SASS: ~100 instructions per token tile
+      // and block there, ~12 here).
+      int ma = 0, ma8 = 0;
+      if constexpr (T == kQ2_K) {
+        ma = (ld32(bg + 4 * t) >> 4) & 0x0f0f0f0f;
+        ma8 = (ld32(bg8 + 4 * t) >> 4) & 0x0f0f0f0f;
+      }
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         if (j >= nt) break;
@@ -1810,18 +1847,18 @@ __device__ __forceinline__ void sg_tile(const uint8_t* ws, const uint8_t* tw, co
         // sum_q bsums_q * (sc_q >> 4) over 16 sub-blocks; Q4_K sum_q mn_q * (bsums_2q +
         // bsums_2q+1) over 8. bsums 2q, 2q+1 are one 4-byte word.
         int summs[4] = {0, 0, 0, 0};
+        if constexpr (T == kQ2_K) {
+          const uint8_t* yb = xs + (8 * j + g) * kXStride + bi * kAct + 260 + 8 * t;
+          const uint32_t w0 = static_cast<uint32_t>(ld32(yb)), w1 = static_cast<uint32_t>(ld32(yb + 4));
+          mma_s8_16x8x16_acc<true>(ma, ma8, static_cast<int>(__byte_perm(w0, w1, 0x7531)), summs);
 #pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          const short2 pa = *reinterpret_cast<const short2*>(ya + 260 + 4 * q);
-          const short2 pc = *reinterpret_cast<const short2*>(yc + 260 + 4 * q);
-          if constexpr (T == kQ2_K) {
-            const int m0 = sbyte(sw, 2 * q) >> 4, m1 = sbyte(sw, 2 * q + 1) >> 4;
-            const int n0 = sbyte(sw8, 2 * q) >> 4, n1 = sbyte(sw8, 2 * q + 1) >> 4;
-            summs[0] += pa.x * m0 + pa.y * m1;
-            summs[1] += pc.x * m0 + pc.y * m1;
-            summs[2] += pa.x * n0 + pa.y * n1;
-            summs[3] += pc.x * n0 + pc.y * n1;
-          } else {
+          for (int i = 0; i < 4; ++i) summs[i] *= 256;
+          mma_s8_16x8x16_acc<false>(ma, ma8, static_cast<int>(__byte_perm(w0, w1, 0x6420)), summs);
+        } else {
+#pragma unroll
+          for (int q = 0; q < 8; ++q) {
+            const short2 pa = *reinterpret_cast<const short2*>(ya + 260 + 4 * q);
+            const short2 pc = *reinterpret_cast<const short2*>(yc + 260 + 4 * q);
             auto mn_of = [&](const uint32_t(&w)[kSw]) {
               return q < 4 ? (sbyte(w, q + 4) & 63) : ((sbyte(w, q + 4) >> 4) | ((sbyte(w, q) >> 6) << 4));
             };
