@@ -2037,10 +2037,15 @@ __global__ void __launch_bounds__(kW * 32, kMinBlocks) matmat_predecode_kernel(M
     }
     __syncthreads();
     const uint8_t* sb = stages + (s & 1) * L::kStage;
-    if (live)
-      sg_tile<T, G, L::kWStride, L::kTail, L::kXStride, kBlk>(sb + (16 * warp + g) * L::kWStride,
-                                                        sb + L::kT + (16 * warp + g) * L::kTail, sb + L::kX, nt, g,
-                                                        t, tab, acc);
+    if (live) {
+      // A full pass (nt == G: most passes of the 2K profile's experts) gets its own copy of the
+      // step with the tile count a constant, so its per-tile `j >= nt` tests vanish (SASS: ~2.5
+      // of ~22.6 instructions per IMMA); partial passes take the general one.
+      const uint8_t* ws = sb + (16 * warp + g) * L::kWStride;
+      const uint8_t* tw = sb + L::kT + (16 * warp + g) * L::kTail;
+      if (nt == G) sg_tile<T, G, L::kWStride, L::kTail, L::kXStride, kBlk>(ws, tw, sb + L::kX, G, g, t, tab, acc);
+      else sg_tile<T, G, L::kWStride, L::kTail, L::kXStride, kBlk>(ws, tw, sb + L::kX, nt, g, t, tab, acc);
+    }
     if (kt == nkt - 1) {  // pass p done: its outputs, then fresh accumulators
       if (live) {
 #pragma unroll
