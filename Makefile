@@ -1,7 +1,6 @@
 # Thin wrapper over CMake so the README's two commands stay short.
 #   make run   — install deps, build ds4 and the default model, run it (non-thinking mode:
 #                the chat format ds4-nano was trained on, docs/nano.md)
-#                with OpenMP's spin-wait bounded (GOMP_SPINCOUNT, README: busy machines)
 #   make test  — install deps, build, run the whole test suite (what CI runs)
 BUILD ?= build
 JOBS ?= $(shell nproc)
@@ -20,6 +19,6 @@ test: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 1500
 run: configure
 	@cmake --build $(BUILD) -j $(JOBS) --target ds4 ds4_nano_models
-	@GOMP_SPINCOUNT=$${GOMP_SPINCOUNT:-10000} $(BUILD)/ds4 --nothink -p "$(PROMPT)" -n $(TOKENS)
+	@$(BUILD)/ds4 --nothink -p "$(PROMPT)" -n $(TOKENS)
 clean:
 	rm -rf $(BUILD)

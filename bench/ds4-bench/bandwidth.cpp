@@ -1,13 +1,12 @@
 #include "bandwidth.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
 
 #include "common/error.h"
+#include "parallel/thread_pool.h"
 
 namespace ds4::bench {
 
@@ -20,13 +19,11 @@ double memcpy_gbps(size_t bytes, int threads, double min_seconds) {
   double best = 1e30, total = 0;
   for (int rep = 0; rep < 3 || total < min_seconds; ++rep) {
     const auto t0 = clock::now();
-#pragma omp parallel num_threads(threads)
-    {
-      const size_t nt = static_cast<size_t>(omp_get_num_threads());
-      const size_t id = static_cast<size_t>(omp_get_thread_num());
+    parallel::pool().run(threads, [&](int tid, int team) {
+      const size_t nt = static_cast<size_t>(team), id = static_cast<size_t>(tid);
       const size_t lo = bytes * id / nt, hi = bytes * (id + 1) / nt;
       std::memcpy(dst.get() + lo, src.get() + lo, hi - lo);
-    }
+    });
     const double s = std::chrono::duration<double>(clock::now() - t0).count();
     best = std::min(best, s);
     total += s;

@@ -6,7 +6,7 @@
 
 namespace ds4::bench {
 
-/// Copies a `bytes`-sized buffer into another with `threads` OpenMP threads (each copies its
+/// Copies a `bytes`-sized buffer into another with `threads` threads of parallel::pool() (each copies its
 /// contiguous share), repeating for at least `min_seconds` of wall time and at least 3 times,
 /// and returns the best rate in GB/s (1e9 bytes of source read per second; as many are
 /// written). Both buffers are touched before timing, so page faults are not counted.

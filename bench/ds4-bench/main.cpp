@@ -2,7 +2,6 @@
 // (product-surface §5.3), plus the weight bandwidth a decode step reaches next to this machine's
 // memcpy bandwidth. Exit codes: 0 ok, 2 bad input (flags, files, model, prompt too short),
 // 1 a failure while measuring.
-#include <omp.h>
 
 #include <cstdio>
 #include <memory>
@@ -18,6 +17,7 @@
 #include "chat/render.h"
 #include "common/error.h"
 #include "common/read_file.h"
+#include "parallel/thread_pool.h"
 #include "csv.h"
 #include "engine/engine.h"
 #include "frontiers.h"
@@ -163,7 +163,7 @@ void kernel_profile(ds4::Backend& backend, double copy) {
 }
 
 int run(const BenchOptions& o, Loaded& l) {
-  const int threads = o.threads > 0 ? o.threads : omp_get_num_procs();
+  const int threads = o.threads > 0 ? o.threads : ds4::parallel::available_cores();
   const ds4::model::Config& config = l.engine ? l.engine->config() : l.spec->config;
   ds4::Backend& backend = l.engine ? l.engine->backend() : *l.synthetic;
   if (o.warm_weights && l.engine) warm(l.engine->reader());

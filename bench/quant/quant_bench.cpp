@@ -7,7 +7,6 @@
 // weights from memory (the MoE decode situation). Weight contents are random valid blocks
 // (finite scales), generated once; the speed does not depend on the values.
 #include <benchmark/benchmark.h>
-#include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "common/f16.h"
+#include "parallel/thread_pool.h"
 #include "quant/quant.h"
 
 namespace {
@@ -112,18 +112,17 @@ void BM_Matvec(benchmark::State& state, GgmlType type, q::Isa isa, int threads, 
   state.counters["MB"] = static_cast<double>(bytes) / 1e6;
 }
 
-// memcpy of `bytes` (split over `threads` OpenMP threads); GB/s counts the bytes read (the same
-// number is written).
+// memcpy of `bytes` (split over `threads` threads of parallel::pool()); GB/s counts the bytes
+// read (the same number is written).
 void BM_Memcpy(benchmark::State& state, size_t bytes, int threads) {
   static Buffer dst = alloc_bytes(kArenaBytes / 2);
   std::memset(dst.get(), 2, kArenaBytes / 2);
   const unsigned char* src = arena();
   for (auto _ : state) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int t = 0; t < threads; ++t) {
+    ds4::parallel::pool().run(threads, [&](int t, int) {
       const size_t chunk = bytes / threads;
       std::memcpy(dst.get() + t * chunk, src + t * chunk, chunk);
-    }
+    });
     benchmark::ClobberMemory();
   }
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9,
@@ -136,9 +135,15 @@ void BM_Read(benchmark::State& state, size_t bytes, int threads) {
   const auto* src = reinterpret_cast<const uint64_t*>(arena());
   const size_t words = bytes / 8;
   for (auto _ : state) {
+    std::vector<uint64_t> part(static_cast<size_t>(threads), 0);
+    ds4::parallel::pool().run(threads, [&](int tid, int team) {
+      const size_t lo = words * tid / team, hi = words * (tid + 1) / team;
+      uint64_t t = 0;
+      for (size_t i = lo; i < hi; ++i) t += src[i];
+      part[static_cast<size_t>(tid)] = t;
+    });
     uint64_t total = 0;
-#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : total)
-    for (size_t i = 0; i < words; ++i) total += src[i];
+    for (const uint64_t t : part) total += t;
     benchmark::DoNotOptimize(total);
   }
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9,

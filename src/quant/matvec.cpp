@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "parallel/thread_pool.h"
 #include "quant/kernels.h"
 #include "quant/quant.h"
 
@@ -32,8 +33,7 @@ void matvec_act(GgmlType weight_type, const void* w, int64_t rows, int64_t cols,
     for (int64_t o = 0; o < rows; ++o) y[o] = dot(base + o * stride, act, cols);
     return;
   }
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t o = 0; o < rows; ++o) y[o] = dot(base + o * stride, act, cols);
+  parallel::parallel_for(nt, rows, [&](int64_t o, int) { y[o] = dot(base + o * stride, act, cols); });
 }
 
 void matvec(GgmlType weight_type, const void* w, int64_t rows, int64_t cols, const float* x,

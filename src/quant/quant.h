@@ -116,7 +116,7 @@ float vec_dot(GgmlType weight_type, const void* w, const void* act, int64_t n);
 /// y[o] = vec_dot(row o of w, x) for o in [0, rows): w holds `rows` rows of `cols` elements of
 /// `weight_type` (GGUF shape [cols, rows], or [cols, rows/E, E] expert-major); x is f32 [cols],
 /// quantized once to activation_type(weight_type); y is f32 [rows]. threads > 1 splits the rows
-/// statically over that many OpenMP threads (never more threads than rows / 16). Throws
+/// statically over that many threads of parallel::pool() (never more threads than rows / 16). Throws
 /// ds4::Error for a non-weight type, bad cols (see row_bytes), rows < 0 or threads < 1.
 void matvec(GgmlType weight_type, const void* w, int64_t rows, int64_t cols, const float* x,
             float* y, int threads = 1);

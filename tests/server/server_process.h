@@ -29,9 +29,6 @@ class ServerProcess {
       const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(fd, 2);
       dup2(fd, 1);
-      // ctest runs several servers at once on few cores: spinning OpenMP workers of one process
-      // would starve the others.
-      setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
       std::vector<char*> cargv;
       for (auto& a : argv) cargv.push_back(a.data());
       cargv.push_back(nullptr);

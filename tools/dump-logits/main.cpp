@@ -5,13 +5,13 @@
 //   ds4-dump-logits -m M.gguf (--tokens 1,2,3 | --tokens-file F | --text-file F [--max-tokens N])
 //                   -o DIR [--chunk N] [--greedy N] [--ctx N] [--threads N]
 //                   [--trace [--trace-filter l2.,router]]
-#include <omp.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "common/error.h"
 #include "dump.h"
+#include "parallel/thread_pool.h"
 #include "token_input.h"
 #include "trace_file.h"
 
@@ -43,7 +43,7 @@ int run(const Args& a) {
   req.chunk = a.chunk;
   req.greedy = a.greedy;
   req.ctx = a.ctx;
-  req.threads = a.threads > 0 ? a.threads : omp_get_max_threads();
+  req.threads = a.threads > 0 ? a.threads : ds4::parallel::available_cores();
 
   std::unique_ptr<dump::TraceFile> trace;
   if (a.trace) {

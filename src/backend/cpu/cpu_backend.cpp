@@ -1,8 +1,8 @@
 #include "backend/cpu/cpu_backend.h"
 
-#include <omp.h>
 
 #include "backend/cpu/forward.h"
+#include "parallel/thread_pool.h"
 
 namespace ds4::cpu {
 namespace {
@@ -29,7 +29,7 @@ class CpuSession final : public BackendSession {
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const model::Config& c, const model::Weights& w, int threads)
-      : c_(c), w_(w), threads_(threads > 0 ? threads : omp_get_num_procs()) {}
+      : c_(c), w_(w), threads_(threads > 0 ? threads : parallel::available_cores()) {}
   std::string name() const override { return "cpu"; }
   std::unique_ptr<BackendSession> new_session(int64_t ctx) override {
     return std::make_unique<CpuSession>(c_, w_, threads_, ctx);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "parallel/thread_pool.h"
 #include "quant/quant.h"
 
 namespace ds4::cpu {
@@ -11,7 +12,7 @@ namespace {
 // block of weight rows is read from memory once per call, whatever the token count.
 constexpr int64_t kBlock = 16;
 
-// An OpenMP fork/join costs a few microseconds (far more when the other cores are busy), about
+// A parallel region's fork/join costs a few microseconds (far more when the other cores are busy), about
 // what one core needs for 32 Ki multiply-adds; each thread gets at least that much work.
 // Measured on the tiny models at 2 threads (docs/perf-notes.md): 16-32 Ki is best; 64 Ki keeps
 // the 256 x 256 matrices on one thread and loses a third of f32 decode speed.
@@ -60,12 +61,11 @@ void matmul(const model::Matrix& w, int64_t row0, int64_t n_rows, const float* x
     for (int64_t t = 0; t < n_tok; ++t)
       quant::matvec_act(type, w.row(row0 + r), n, cols, act + t * act_stride, y + t * y_stride + r, 1);
   };
-  if (nt == 1) {  // no OpenMP region at all: even a one-thread region allocates a team
+  if (nt == 1) {
     for (int64_t b = 0; b < n_blocks; ++b) block(b);
     return;
   }
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t b = 0; b < n_blocks; ++b) block(b);
+  parallel::parallel_for(nt, n_blocks, [&](int64_t b, int) { block(b); });
 }
 
 }  // namespace ds4::cpu

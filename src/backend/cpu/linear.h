@@ -1,7 +1,7 @@
 // Batched products of a quantized weight matrix with the activations of several tokens, the
 // CPU backend's one matrix kernel. Each (row, token) value is the same quant::vec_dot a
 // single-token matvec computes, so a prefill of any chunk size gives bit-identical results to
-// token-by-token decode; OpenMP splits rows across threads, which does not change any value.
+// token-by-token decode; the thread pool splits rows across threads, which does not change any value.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +16,10 @@ struct ActScratch {
   std::vector<uint8_t> bytes;
 };
 
-/// OpenMP threads for a product of `n_rows` weight rows of `cols` columns with `n_tok` tokens:
+/// Threads for a product of `n_rows` weight rows of `cols` columns with `n_tok` tokens:
 /// at most `threads`, at most one per 16-row block, and at most one per 32 Ki multiply-adds
-/// (cols x rows x tokens; an OpenMP fork/join costs about what a core needs for that many).
+/// (cols x rows x tokens; a parallel region's fork/join costs about what a core needs for that
+/// many).
 /// Always >= 1.
 int matmul_threads(int64_t cols, int64_t n_rows, int64_t n_tok, int threads);
 

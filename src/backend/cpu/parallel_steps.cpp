@@ -1,17 +1,16 @@
 #include "backend/cpu/parallel_steps.h"
 
-#include <omp.h>
-
 #include <algorithm>
 
 #include "common/error.h"
 #include "model/attention.h"
 #include "model/indexer.h"
+#include "parallel/thread_pool.h"
 
 namespace ds4::cpu {
 namespace {
 
-// About what one core does in the few microseconds an OpenMP fork/join costs (the same rule as
+// About what one core does in the few microseconds a parallel region's fork/join costs (the same rule as
 // cpu::matmul_threads).
 constexpr uint64_t kMinMacsPerThread = uint64_t{1} << 15;
 
@@ -47,12 +46,12 @@ void attention_heads(std::span<const float> q, std::span<const float> sinks,
   for (const float* r : rows)
     if (r == nullptr) fail("attention_heads: null KV row pointer");
   scratch.resize(std::max(scratch.size(), static_cast<size_t>(nt) * n_rows));
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (size_t h = 0; h < n_head; ++h) {
-    float* sc = scratch.data() + static_cast<size_t>(omp_get_thread_num()) * n_rows;
+  parallel::parallel_for(nt, static_cast<int64_t>(n_head), [&](int64_t hi, int tid) {
+    const auto h = static_cast<size_t>(hi);
+    float* sc = scratch.data() + static_cast<size_t>(tid) * n_rows;
     model::sink_attention(q.subspan(h * dim, dim), sinks.subspan(h, 1), rows,
                           out.subspan(h * dim, dim), {sc, n_rows});
-  }
+  });
 }
 
 void indexer_scores_rows(std::span<const float> q, std::span<const float> w,
@@ -66,13 +65,11 @@ void indexer_scores_rows(std::span<const float> q, std::span<const float> w,
     return;
   }
   const size_t dim = q.size() / n_head;
-#pragma omp parallel num_threads(nt)
-  {
-    const size_t n = static_cast<size_t>(omp_get_num_threads());
-    const size_t id = static_cast<size_t>(omp_get_thread_num());
+  parallel::pool().run(nt, [&](int tid, int team) {
+    const size_t n = static_cast<size_t>(team), id = static_cast<size_t>(tid);
     const size_t lo = n_rows * id / n, hi = n_rows * (id + 1) / n;
     model::indexer_scores(q, w, rows.subspan(lo * dim, (hi - lo) * dim), scores.subspan(lo, hi - lo));
-  }
+  });
 }
 
 }  // namespace ds4::cpu

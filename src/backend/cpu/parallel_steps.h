@@ -1,6 +1,6 @@
-// The per-token attention steps of the CPU forward pass, split across OpenMP threads when the
-// work is large enough to pay for a fork/join: sink attention by head (spec §3.4.8) and the
-// indexer scores by compressed row (spec §3.4.7). Every head / row is computed by the same
+// The per-token attention steps of the CPU forward pass, split across the thread pool's threads
+// when the work is large enough to pay for a fork/join: sink attention by head (spec §3.4.8) and
+// the indexer scores by compressed row (spec §3.4.7). Every head / row is computed by the same
 // src/model function on the same inputs, so the results are bit-identical to the one-call
 // versions whatever the thread count.
 #pragma once
