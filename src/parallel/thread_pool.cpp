@@ -7,6 +7,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 namespace ds4::parallel {
@@ -64,6 +65,7 @@ struct ThreadPool::State {
   std::chrono::microseconds spin;
   std::mutex region;                // one region at a time on the team
   std::deque<Worker> team;          // worker i runs tid i + 1; deque: stable addresses
+  std::atomic<int> started{0};      // team.size(), readable without the region lock
   std::atomic<bool> stop{false};
   // The running region (written before the workers' go bumps, read after them).
   const std::function<void(int, int)>* body = nullptr;
@@ -112,10 +114,7 @@ ThreadPool::~ThreadPool() {
   delete s_;
 }
 
-int ThreadPool::workers() const {
-  std::lock_guard<std::mutex> lock(s_->region);
-  return static_cast<int>(s_->team.size());
-}
+int ThreadPool::workers() const { return s_->started.load(); }
 
 void ThreadPool::run(int nt, const std::function<void(int, int)>& body) {
   nt = std::max(nt, 1);
@@ -139,8 +138,15 @@ void ThreadPool::run(int nt, const std::function<void(int, int)>& body) {
   while (static_cast<int>(s.team.size()) < nt - 1) {
     auto& w = s.team.emplace_back();
     const int tid = static_cast<int>(s.team.size());
-    w.thread = std::thread([&s, &w, tid] { s.work(w, tid); });
+    try {
+      w.thread = std::thread([&s, &w, tid] { s.work(w, tid); });
+    } catch (const std::system_error&) {  // no more threads (limits, memory): run with fewer
+      s.team.pop_back();
+      break;
+    }
+    s.started.store(static_cast<int>(s.team.size()));
   }
+  nt = std::min(nt, static_cast<int>(s.team.size()) + 1);
   s.body = &body;
   s.nt = nt;
   s.error = nullptr;

@@ -23,7 +23,8 @@ inline constexpr std::chrono::microseconds kDefaultSpin{50};
 ///
 /// run(nt, body) calls body(tid, nt) once for each tid in [0, nt): tid 0 on the calling thread,
 /// the others on workers (started on first use, kept until destruction), and returns when all
-/// have returned. A region started from inside a region, or while another thread's region runs
+/// have returned. If the system refuses more threads, nt shrinks to what the team has (body
+/// sees the smaller nt). A region started from inside a region, or while another thread's region runs
 /// on this pool, runs its bodies one after the other on the calling thread (no deadlock, same
 /// results for bodies that only partition work by tid). If bodies throw, the first exception
 /// (by tid) is rethrown on the caller after every body has finished.

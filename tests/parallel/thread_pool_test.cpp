@@ -5,7 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <stdexcept>
 #include <string>
@@ -117,6 +122,38 @@ TEST(ThreadPool, ManyShortRegionsWithSleepingWorkers) {
     const int64_t want = int64_t{999} * 1000 / 2;
     for (const int64_t s : sums) EXPECT_EQ(s, want);
   }
+}
+
+// A process that may not start more threads (its address space capped just above its size, so
+// each 8 MB thread stack fails soon) still runs its regions, on the threads it could start.
+// Exit codes: 0 ok, 3 cannot set the cap, 4 wrong team size, 5 a tid ran the wrong number of times.
+[[noreturn]] void run_with_capped_address_space() {
+  long pages = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+    std::fclose(f);
+  }
+  const rlim_t cap = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) + (64u << 20);
+  const rlimit lim{cap, cap};
+  if (pages == 0 || setrlimit(RLIMIT_AS, &lim) != 0) std::exit(3);
+  ThreadPool p;
+  for (int rep = 0; rep < 2; ++rep) {
+    std::vector<std::atomic<int>> seen(64);
+    int team = 0;
+    p.run(64, [&](int tid, int nt) {
+      seen[static_cast<size_t>(tid)].fetch_add(1);
+      if (tid == 0) team = nt;
+    });
+    if (team < 1 || team >= 64 || p.workers() != team - 1) std::exit(4);
+    for (int t = 0; t < 64; ++t)
+      if (seen[static_cast<size_t>(t)].load() != (t < team ? 1 : 0)) std::exit(5);
+  }
+  std::exit(0);
+}
+
+TEST(ThreadPool, RegionsShrinkWhenThreadsCannotStart) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(run_with_capped_address_space(), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(ThreadPool, IdleWorkersSleep) {
