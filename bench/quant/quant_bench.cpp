@@ -8,6 +8,7 @@
 // (finite scales), generated once; the speed does not depend on the values.
 #include <benchmark/benchmark.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -119,9 +120,9 @@ void BM_Memcpy(benchmark::State& state, size_t bytes, int threads) {
   std::memset(dst.get(), 2, kArenaBytes / 2);
   const unsigned char* src = arena();
   for (auto _ : state) {
-    ds4::parallel::pool().run(threads, [&](int t, int) {
-      const size_t chunk = bytes / threads;
-      std::memcpy(dst.get() + t * chunk, src + t * chunk, chunk);
+    const auto total = static_cast<int64_t>(bytes);
+    ds4::parallel::pool().for_chunks(threads, total, (total + threads - 1) / threads, [&](int64_t lo, int64_t hi, int) {
+      std::memcpy(dst.get() + lo, src + lo, static_cast<size_t>(hi - lo));
     });
     benchmark::ClobberMemory();
   }
@@ -135,16 +136,15 @@ void BM_Read(benchmark::State& state, size_t bytes, int threads) {
   const auto* src = reinterpret_cast<const uint64_t*>(arena());
   const size_t words = bytes / 8;
   for (auto _ : state) {
-    std::vector<uint64_t> part(static_cast<size_t>(threads), 0);
-    ds4::parallel::pool().run(threads, [&](int tid, int team) {
-      const size_t lo = words * tid / team, hi = words * (tid + 1) / team;
+    std::atomic<uint64_t> total{0};
+    const auto n = static_cast<int64_t>(words);
+    ds4::parallel::pool().for_chunks(threads, n, (n + threads - 1) / threads, [&](int64_t lo, int64_t hi, int) {
       uint64_t t = 0;
-      for (size_t i = lo; i < hi; ++i) t += src[i];
-      part[static_cast<size_t>(tid)] = t;
+      for (int64_t i = lo; i < hi; ++i) t += src[i];
+      total.fetch_add(t);
     });
-    uint64_t total = 0;
-    for (const uint64_t t : part) total += t;
-    benchmark::DoNotOptimize(total);
+    uint64_t sum = total.load();
+    benchmark::DoNotOptimize(sum);
   }
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes) * state.iterations() / 1e9,
                                               benchmark::Counter::kIsRate);

@@ -45,7 +45,11 @@ void wake(std::atomic<int>& sleeping, std::atomic<uint32_t>& a) {
   if (sleeping.load()) a.notify_one();
 }
 
-thread_local int t_region_depth = 0;  // > 0 while this thread runs a region body
+thread_local int t_region_depth = 0;  // > 0 while this thread runs a region's chunks
+
+// The region word: workers inside the region in the low bits, kClosed once the caller has taken
+// its last chunk (no worker may enter after that).
+constexpr uint32_t kClosed = 1u << 31;
 
 }  // namespace
 
@@ -58,46 +62,65 @@ int available_cores() {
 
 struct ThreadPool::State {
   struct Worker {
-    std::atomic<uint32_t> go{0};  // bumped once per region this worker takes part in (or to stop)
+    std::atomic<uint32_t> go{0};  // bumped to call this worker to the region (or to stop)
     std::atomic<int> sleeping{0};
     std::thread thread;
   };
   std::chrono::microseconds spin;
-  std::mutex region;                // one region at a time on the team
-  std::deque<Worker> team;          // worker i runs tid i + 1; deque: stable addresses
-  std::atomic<int> started{0};      // team.size(), readable without the region lock
+  std::mutex region_lock;           // one region at a time on the team
+  std::deque<Worker> team;          // deque: stable addresses
+  std::atomic<int> started{0};      // team.size(), readable without the lock
   std::atomic<bool> stop{false};
-  // The running region (written before the workers' go bumps, read after them).
-  const std::function<void(int, int)>* body = nullptr;
-  int nt = 1;
-  std::atomic<uint32_t> remaining{0};  // workers of the region still running
+  std::atomic<uint32_t> region{kClosed};  // see kClosed
   std::atomic<int> caller_sleeping{0};
+  // The open region (written while it is closed, read by the workers inside it).
+  const std::function<void(int64_t, int64_t, int)>* fn = nullptr;
+  int64_t n = 0, grain = 1;
+  int nt = 1;
+  std::atomic<int64_t> next{0};     // first index of the next chunk to hand out
+  std::atomic<int> next_slot{1};
   std::mutex error_mutex;
   std::exception_ptr error;
-  int error_tid = 0;
+  int64_t error_lo = 0;
 
-  void record(int tid, std::exception_ptr e) {
+  void record(int64_t lo, std::exception_ptr e) {
     std::lock_guard<std::mutex> lock(error_mutex);
-    if (!error || tid < error_tid) {
+    if (!error || lo < error_lo) {
       error = std::move(e);
-      error_tid = tid;
+      error_lo = lo;
     }
   }
 
-  void work(Worker& w, int tid) {
+  // Takes chunks until none is left.
+  void take_chunks(int slot) {
+    for (;;) {
+      const int64_t lo = next.fetch_add(grain);
+      if (lo >= n) return;
+      try {
+        (*fn)(lo, std::min(lo + grain, n), slot);
+      } catch (...) {
+        record(lo, std::current_exception());
+      }
+    }
+  }
+
+  void work(Worker& w) {
     uint32_t seen = 0;
     for (;;) {
       await(w.go, [&](uint32_t v) { return v != seen; }, spin, w.sleeping);
       seen = w.go.load(std::memory_order_acquire);
       if (stop.load()) return;
-      ++t_region_depth;
-      try {
-        (*body)(tid, nt);
-      } catch (...) {
-        record(tid, std::current_exception());
+      uint32_t r = region.load();
+      bool in = false;
+      while (!(r & kClosed) && !in) in = region.compare_exchange_weak(r, r + 1);
+      if (!in) continue;  // woke after the region closed: nothing left to do
+      const int slot = next_slot.fetch_add(1);
+      if (slot < nt) {
+        ++t_region_depth;
+        take_chunks(slot);
+        --t_region_depth;
       }
-      --t_region_depth;
-      if (remaining.fetch_sub(1) == 1) wake(caller_sleeping, remaining);
+      if (region.fetch_sub(1) == (kClosed | 1)) wake(caller_sleeping, region);
     }
   }
 };
@@ -116,16 +139,19 @@ ThreadPool::~ThreadPool() {
 
 int ThreadPool::workers() const { return s_->started.load(); }
 
-void ThreadPool::run(int nt, const std::function<void(int, int)>& body) {
+void ThreadPool::for_chunks(int nt, int64_t n, int64_t grain,
+                            const std::function<void(int64_t, int64_t, int)>& fn) {
+  if (n <= 0) return;
   nt = std::max(nt, 1);
-  std::unique_lock<std::mutex> lock(s_->region, std::defer_lock);
-  if (nt == 1 || t_region_depth > 0 || !lock.try_lock()) {
-    // Nested, concurrent with another caller's region, or a single thread: run the bodies here.
+  grain = std::max<int64_t>(grain, 1);
+  std::unique_lock<std::mutex> lock(s_->region_lock, std::defer_lock);
+  if (nt == 1 || n <= grain || t_region_depth > 0 || !lock.try_lock()) {
+    // One chunk, one thread, nested, or beside another caller's region: every chunk here.
     std::exception_ptr first;
     ++t_region_depth;
-    for (int tid = 0; tid < nt; ++tid) {
+    for (int64_t lo = 0; lo < n; lo += grain) {
       try {
-        body(tid, nt);
+        fn(lo, std::min(lo + grain, n), 0);
       } catch (...) {
         if (!first) first = std::current_exception();
       }
@@ -135,11 +161,12 @@ void ThreadPool::run(int nt, const std::function<void(int, int)>& body) {
     return;
   }
   State& s = *s_;
+  const int64_t chunks = (n + grain - 1) / grain;
+  nt = static_cast<int>(std::min<int64_t>(nt, chunks));
   while (static_cast<int>(s.team.size()) < nt - 1) {
     auto& w = s.team.emplace_back();
-    const int tid = static_cast<int>(s.team.size());
     try {
-      w.thread = std::thread([&s, &w, tid] { s.work(w, tid); });
+      w.thread = std::thread([&s, &w] { s.work(w); });
     } catch (const std::system_error&) {  // no more threads (limits, memory): run with fewer
       s.team.pop_back();
       break;
@@ -147,22 +174,24 @@ void ThreadPool::run(int nt, const std::function<void(int, int)>& body) {
     s.started.store(static_cast<int>(s.team.size()));
   }
   nt = std::min(nt, static_cast<int>(s.team.size()) + 1);
-  s.body = &body;
+  s.fn = &fn;
+  s.n = n;
+  s.grain = grain;
   s.nt = nt;
+  s.next.store(0);
+  s.next_slot.store(1);
   s.error = nullptr;
-  s.remaining.store(static_cast<uint32_t>(nt - 1));
+  s.region.store(0);  // open
   for (int i = 0; i < nt - 1; ++i) {
-    s.team[static_cast<size_t>(i)].go.fetch_add(1);
-    wake(s.team[static_cast<size_t>(i)].sleeping, s.team[static_cast<size_t>(i)].go);
+    auto& w = s.team[static_cast<size_t>(i)];
+    w.go.fetch_add(1);
+    wake(w.sleeping, w.go);
   }
   ++t_region_depth;
-  try {
-    body(0, nt);
-  } catch (...) {
-    s.record(0, std::current_exception());
-  }
+  s.take_chunks(0);
   --t_region_depth;
-  await(s.remaining, [](uint32_t v) { return v == 0; }, s.spin, s.caller_sleeping);
+  s.region.fetch_or(kClosed);  // workers that have not entered yet will skip this region
+  await(s.region, [](uint32_t v) { return v == kClosed; }, s.spin, s.caller_sleeping);
   if (s.error) {
     std::exception_ptr e = std::move(s.error);
     s.error = nullptr;

@@ -1,9 +1,12 @@
 // A team of worker threads for the CPU path's parallel loops (matrix rows, attention heads,
 // indexer rows), in place of OpenMP's: libgomp's workers spin ~300k iterations before sleeping,
 // which on a machine whose cores other processes also use starves everyone (docs/perf-notes.md,
-// "CPU backend on a busy machine": generation 5.8 tok/s beside two busy processes, 43-55 idle).
-// These workers spin for a bounded time (kDefaultSpin) and then sleep on a futex
-// (std::atomic::wait), and the caller does the same while it waits for them.
+// "CPU backend on a busy machine": generation 5.5-19 tok/s beside two busy processes, 58-62
+// idle). These workers poll for a bounded time (kDefaultSpin) and then sleep on a futex
+// (std::atomic::wait), and the caller does the same while it waits for them. Work is handed out
+// in chunks as threads ask for it, and a worker that wakes after the region's chunks are all
+// taken skips the region, so a thread the scheduler has paused delays a region by at most the
+// chunk it holds.
 #pragma once
 
 #include <chrono>
@@ -21,13 +24,16 @@ inline constexpr std::chrono::microseconds kDefaultSpin{50};
 
 /// A fixed team of threads running one parallel region at a time.
 ///
-/// run(nt, body) calls body(tid, nt) once for each tid in [0, nt): tid 0 on the calling thread,
-/// the others on workers (started on first use, kept until destruction), and returns when all
-/// have returned. If the system refuses more threads, nt shrinks to what the team has (body
-/// sees the smaller nt). A region started from inside a region, or while another thread's region runs
-/// on this pool, runs its bodies one after the other on the calling thread (no deadlock, same
-/// results for bodies that only partition work by tid). If bodies throw, the first exception
-/// (by tid) is rethrown on the caller after every body has finished.
+/// for_chunks(nt, n, grain, fn) splits [0, n) into chunks [k grain, min((k + 1) grain, n)) and
+/// calls fn(lo, hi, slot) exactly once per chunk, on the calling thread (slot 0) and on up to
+/// nt - 1 workers (started on first use, kept until destruction); slots are distinct among the
+/// threads of a region, all < nt (per-thread scratch). It returns when every chunk is done and
+/// no worker is still inside the region. Which thread runs which chunk is not fixed, so fn must
+/// give the same result for a chunk whichever runs it (true of every loop in this project: each
+/// index is independent). If the system refuses more threads, fewer run. A region started from
+/// inside a region, or while another thread's region runs on this pool, runs all its chunks on
+/// the calling thread (slot 0). If fn throws, every chunk still runs and the exception of the
+/// lowest throwing chunk is rethrown on the caller.
 class ThreadPool {
  public:
   /// spin: the bounded poll before sleeping (0: sleep at once).
@@ -36,10 +42,10 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  /// Runs body(tid, nt) for tid in [0, nt); nt < 1 is treated as 1. Throws what a body threw.
-  void run(int nt, const std::function<void(int tid, int nt)>& body);
+  /// See the class comment. nt < 1 is treated as 1, grain < 1 as 1; n <= 0 does nothing.
+  void for_chunks(int nt, int64_t n, int64_t grain, const std::function<void(int64_t lo, int64_t hi, int slot)>& fn);
 
-  /// Workers started so far (regions of nt threads need nt - 1).
+  /// Workers started so far.
   int workers() const;
 
  private:
@@ -50,14 +56,13 @@ class ThreadPool {
 /// The process-wide pool the CPU path uses.
 ThreadPool& pool();
 
-/// Static split of [0, n) over nt threads of pool(): thread k calls fn(i, k) for i in
-/// [n k / nt, n (k + 1) / nt), like OpenMP's schedule(static) without a chunk size (the split
-/// never changes a value in this project: every i is independent).
+/// [0, n) over up to nt threads of pool(), in about 4 chunks per thread: fn(i, slot) once per i
+/// (slot < nt, distinct among concurrently running threads).
 template <class Fn>
 void parallel_for(int nt, int64_t n, Fn&& fn) {
-  pool().run(nt, [&](int tid, int team) {
-    const int64_t lo = n * tid / team, hi = n * (tid + 1) / team;
-    for (int64_t i = lo; i < hi; ++i) fn(i, tid);
+  const int64_t chunks = 4 * static_cast<int64_t>(nt < 1 ? 1 : nt);
+  pool().for_chunks(nt, n, (n + chunks - 1) / chunks, [&](int64_t lo, int64_t hi, int slot) {
+    for (int64_t i = lo; i < hi; ++i) fn(i, slot);
   });
 }
 

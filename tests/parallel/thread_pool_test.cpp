@@ -1,7 +1,7 @@
-// The CPU path's thread pool: every index of a parallel loop runs exactly once on the thread the
-// static split names, exceptions reach the caller, nested and concurrent regions run serially
-// instead of deadlocking, and the sleep / wake hand-over survives many short regions (spin 0:
-// every wait sleeps).
+// The CPU path's thread pool: every chunk of a parallel loop runs exactly once with a private
+// slot, exceptions reach the caller, threads that cannot start shrink the team, nested and
+// concurrent regions run serially instead of deadlocking, and the sleep / wake hand-over
+// survives many short regions (spin 0: every wait sleeps).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -24,77 +24,71 @@ namespace {
 
 TEST(ThreadPool, AvailableCoresIsPositive) { EXPECT_GE(available_cores(), 1); }
 
-TEST(ThreadPool, StaticSplitCoversEveryIndexOnceOnItsThread) {
+TEST(ThreadPool, EveryIndexRunsOnceWithASlotBelowNt) {
   for (const int nt : {1, 2, 3, 7}) {
     for (const int64_t n : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{1000}}) {
       std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
-      std::vector<int> owner(static_cast<size_t>(n), -1);
-      parallel_for(nt, n, [&](int64_t i, int tid) {
+      std::atomic<int> bad_slot{0};
+      parallel_for(nt, n, [&](int64_t i, int slot) {
         hits[static_cast<size_t>(i)].fetch_add(1);
-        owner[static_cast<size_t>(i)] = tid;
+        if (slot < 0 || slot >= nt) bad_slot.fetch_add(1);
       });
-      for (int64_t i = 0; i < n; ++i) {
+      for (int64_t i = 0; i < n; ++i)
         EXPECT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "nt " << nt << " n " << n << " i " << i;
-        // OpenMP schedule(static): thread k owns [n k / nt, n (k + 1) / nt).
-        int want = 0;
-        while (n * (want + 1) / nt <= i) ++want;
-        EXPECT_EQ(owner[static_cast<size_t>(i)], want) << "nt " << nt << " n " << n << " i " << i;
-      }
+      EXPECT_EQ(bad_slot.load(), 0);
     }
   }
 }
 
-TEST(ThreadPool, RunGivesEachTidOnceAndWorkersAreReused) {
+TEST(ThreadPool, ChunksAreTheGrainAndSlotsAreNeverShared) {
+  // 200 chunks of 7 (the last of 3); a slot is never used by two chunks at once (per-thread
+  // scratch stays private), and the caller's thread takes part as slot 0.
   ThreadPool p;
-  for (int rep = 0; rep < 3; ++rep) {
-    std::vector<std::atomic<int>> seen(5);
-    std::atomic<int> team_size{0};
-    p.run(5, [&](int tid, int nt) {
-      seen[static_cast<size_t>(tid)].fetch_add(1);
-      team_size.store(nt);
+  for (int rep = 0; rep < 20; ++rep) {
+    std::vector<std::atomic<int>> busy(4), chunk_hits(200);
+    std::atomic<int> bad{0}, caller_chunks{0};
+    const auto caller = std::this_thread::get_id();
+    p.for_chunks(4, 1396, 7, [&](int64_t lo, int64_t hi, int slot) {
+      if (lo % 7 != 0 || hi != std::min<int64_t>(lo + 7, 1396) || slot < 0 || slot >= 4) bad.fetch_add(1);
+      if (busy[static_cast<size_t>(slot)].exchange(1) != 0) bad.fetch_add(1);
+      chunk_hits[static_cast<size_t>(lo / 7)].fetch_add(1);
+      if (std::this_thread::get_id() == caller && slot != 0) bad.fetch_add(1);
+      if (std::this_thread::get_id() == caller) caller_chunks.fetch_add(1);
+      busy[static_cast<size_t>(slot)].store(0);
     });
-    for (auto& s : seen) EXPECT_EQ(s.load(), 1);
-    EXPECT_EQ(team_size.load(), 5);
+    EXPECT_EQ(bad.load(), 0);
+    for (auto& h : chunk_hits) EXPECT_EQ(h.load(), 1);
+    EXPECT_GE(caller_chunks.load(), 1);
   }
-  EXPECT_EQ(p.workers(), 4);
-  p.run(0, [](int tid, int nt) { EXPECT_TRUE(tid == 0 && nt == 1); });  // nt < 1 means 1
+  EXPECT_LE(p.workers(), 3);
 }
 
-TEST(ThreadPool, BodiesRunOnDistinctThreadsWithTheCallerAsTidZero) {
-  ThreadPool p;
-  std::vector<std::thread::id> ids(4);
-  p.run(4, [&](int tid, int) { ids[static_cast<size_t>(tid)] = std::this_thread::get_id(); });
-  EXPECT_EQ(ids[0], std::this_thread::get_id());
-  for (size_t i = 0; i < ids.size(); ++i)
-    for (size_t j = i + 1; j < ids.size(); ++j) EXPECT_NE(ids[i], ids[j]);
-}
-
-TEST(ThreadPool, LowestTidExceptionReachesTheCallerAfterAllBodies) {
+TEST(ThreadPool, LowestThrowingChunkReachesTheCallerAfterAllChunks) {
   ThreadPool p;
   std::atomic<int> finished{0};
   try {
-    p.run(4, [&](int tid, int) {
+    p.for_chunks(4, 40, 1, [&](int64_t lo, int64_t, int) {
       finished.fetch_add(1);
-      if (tid >= 2) throw std::runtime_error("tid " + std::to_string(tid));
+      if (lo >= 17) throw std::runtime_error("chunk " + std::to_string(lo));
     });
     FAIL() << "no exception";
   } catch (const std::runtime_error& e) {
-    EXPECT_STREQ(e.what(), "tid 2");
+    EXPECT_STREQ(e.what(), "chunk 17");
   }
-  EXPECT_EQ(finished.load(), 4);
+  EXPECT_EQ(finished.load(), 40);
   std::atomic<int> after{0};
-  p.run(4, [&](int, int) { after.fetch_add(1); });  // still usable
-  EXPECT_EQ(after.load(), 4);
+  p.for_chunks(4, 40, 1, [&](int64_t, int64_t, int) { after.fetch_add(1); });  // still usable
+  EXPECT_EQ(after.load(), 40);
 }
 
 TEST(ThreadPool, NestedRegionsRunSeriallyOnTheCallingThread) {
   ThreadPool p;
   std::atomic<int> inner{0};
-  p.run(3, [&](int, int) {
+  p.for_chunks(3, 3, 1, [&](int64_t, int64_t, int) {
     const auto me = std::this_thread::get_id();
-    p.run(4, [&](int, int nt) {
+    p.for_chunks(4, 4, 1, [&](int64_t, int64_t, int slot) {
       EXPECT_EQ(std::this_thread::get_id(), me);
-      EXPECT_EQ(nt, 4);
+      EXPECT_EQ(slot, 0);
       inner.fetch_add(1);
     });
   });
@@ -107,18 +101,19 @@ TEST(ThreadPool, ConcurrentCallersAllComplete) {
   std::vector<std::thread> callers;
   for (int c = 0; c < 4; ++c)
     callers.emplace_back([&] {
-      for (int r = 0; r < 200; ++r) p.run(3, [&](int tid, int) { total.fetch_add(tid + 1); });
+      for (int r = 0; r < 200; ++r) p.for_chunks(3, 6, 1, [&](int64_t lo, int64_t, int) { total.fetch_add(lo + 1); });
     });
   for (auto& t : callers) t.join();
-  EXPECT_EQ(total.load(), 4 * 200 * (1 + 2 + 3));
+  EXPECT_EQ(total.load(), 4 * 200 * (1 + 2 + 3 + 4 + 5 + 6));
 }
 
 TEST(ThreadPool, ManyShortRegionsWithSleepingWorkers) {
   // spin 0: every wait goes to sleep, which exercises the announce / wake hand-over on each region.
   for (const auto spin : {std::chrono::microseconds{0}, kDefaultSpin}) {
     ThreadPool p(spin);
-    std::vector<int64_t> sums(3, 0);
-    for (int r = 0; r < 1000; ++r) p.run(3, [&](int tid, int) { sums[static_cast<size_t>(tid)] += r; });
+    std::vector<int64_t> sums(3, 0);  // chunk k's sum: one chunk per index, whatever thread runs it
+    for (int r = 0; r < 1000; ++r)
+      p.for_chunks(3, 3, 1, [&](int64_t lo, int64_t, int) { sums[static_cast<size_t>(lo)] += r; });
     const int64_t want = int64_t{999} * 1000 / 2;
     for (const int64_t s : sums) EXPECT_EQ(s, want);
   }
@@ -126,7 +121,7 @@ TEST(ThreadPool, ManyShortRegionsWithSleepingWorkers) {
 
 // A process that may not start more threads (its address space capped just above its size, so
 // each 8 MB thread stack fails soon) still runs its regions, on the threads it could start.
-// Exit codes: 0 ok, 3 cannot set the cap, 4 wrong team size, 5 a tid ran the wrong number of times.
+// Exit codes: 0 ok, 3 cannot set the cap, 4 the team did not shrink, 5 a chunk did not run once.
 [[noreturn]] void run_with_capped_address_space() {
   long pages = 0;
   if (FILE* f = std::fopen("/proc/self/statm", "r")) {
@@ -138,15 +133,11 @@ TEST(ThreadPool, ManyShortRegionsWithSleepingWorkers) {
   if (pages == 0 || setrlimit(RLIMIT_AS, &lim) != 0) std::exit(3);
   ThreadPool p;
   for (int rep = 0; rep < 2; ++rep) {
-    std::vector<std::atomic<int>> seen(64);
-    int team = 0;
-    p.run(64, [&](int tid, int nt) {
-      seen[static_cast<size_t>(tid)].fetch_add(1);
-      if (tid == 0) team = nt;
-    });
-    if (team < 1 || team >= 64 || p.workers() != team - 1) std::exit(4);
-    for (int t = 0; t < 64; ++t)
-      if (seen[static_cast<size_t>(t)].load() != (t < team ? 1 : 0)) std::exit(5);
+    std::vector<std::atomic<int>> seen(640);
+    p.for_chunks(64, 640, 1, [&](int64_t lo, int64_t, int) { seen[static_cast<size_t>(lo)].fetch_add(1); });
+    if (p.workers() < 1 || p.workers() >= 63) std::exit(4);
+    for (auto& s : seen)
+      if (s.load() != 1) std::exit(5);
   }
   std::exit(0);
 }
@@ -160,7 +151,7 @@ TEST(ThreadPool, IdleWorkersSleep) {
   // After a region, workers stop polling within the spin time: the process's CPU time stops
   // growing while it sleeps (allowing a little for the runtime itself).
   ThreadPool p;
-  p.run(3, [](int, int) {});
+  p.for_chunks(3, 3, 1, [](int64_t, int64_t, int) {});
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const std::clock_t before = std::clock();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));

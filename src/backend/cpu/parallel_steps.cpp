@@ -65,10 +65,10 @@ void indexer_scores_rows(std::span<const float> q, std::span<const float> w,
     return;
   }
   const size_t dim = q.size() / n_head;
-  parallel::pool().run(nt, [&](int tid, int team) {
-    const size_t n = static_cast<size_t>(team), id = static_cast<size_t>(tid);
-    const size_t lo = n_rows * id / n, hi = n_rows * (id + 1) / n;
-    model::indexer_scores(q, w, rows.subspan(lo * dim, (hi - lo) * dim), scores.subspan(lo, hi - lo));
+  const auto rows_n = static_cast<int64_t>(n_rows), chunks = 4 * static_cast<int64_t>(nt);
+  parallel::pool().for_chunks(nt, rows_n, (rows_n + chunks - 1) / chunks, [&](int64_t lo, int64_t hi, int) {
+    const auto l = static_cast<size_t>(lo), h = static_cast<size_t>(hi);
+    model::indexer_scores(q, w, rows.subspan(l * dim, (h - l) * dim), scores.subspan(l, h - l));
   });
 }
 
