@@ -19,8 +19,7 @@ double memcpy_gbps(size_t bytes, int threads, double min_seconds) {
   double best = 1e30, total = 0;
   for (int rep = 0; rep < 3 || total < min_seconds; ++rep) {
     const auto t0 = clock::now();
-    const auto len = static_cast<int64_t>(bytes), chunks = 4 * static_cast<int64_t>(threads);
-    parallel::pool().for_chunks(threads, len, (len + chunks - 1) / chunks, [&](int64_t lo, int64_t hi, int) {
+    parallel::parallel_ranges(threads, static_cast<int64_t>(bytes), [&](int64_t lo, int64_t hi, int) {
       std::memcpy(dst.get() + lo, src.get() + lo, static_cast<size_t>(hi - lo));
     });
     const double s = std::chrono::duration<double>(clock::now() - t0).count();

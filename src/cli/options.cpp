@@ -97,9 +97,7 @@ Options parse_options(int argc, char** argv) {
     std::fprintf(stderr, "ds4: --perplexity-file does not use -p/--prompt-file\n");
     std::exit(2);
   }
-  if (o.threads == 0) {
-    if (const char* env = std::getenv("DS4_THREADS")) o.threads = std::atoi(env);
-  }
+  if (o.threads == 0) o.threads = threads_from_env("ds4");
   return o;
 }
 

@@ -3,7 +3,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace ds4 {
@@ -42,6 +46,23 @@ inline void name_parse_errors(CLI::App& app) {
   app.failure_message([](const CLI::App* a, const CLI::Error& e) {
     return a->get_name() + ": " + CLI::FailureMessage::simple(a, e);
   });
+}
+
+/// The DS4_THREADS environment variable, read when -t/--threads is not given (product surface
+/// §2.1): 0 when unset or empty; otherwise a whole number from 1 to 4096 (the -t range). Anything
+/// else prints "<prog>: DS4_THREADS must be a whole number from 1 to 4096, got "<value>"" and
+/// exits with 2, as a bad -t does.
+inline int threads_from_env(const char* prog) {
+  const char* v = std::getenv("DS4_THREADS");
+  if (!v || !*v) return 0;
+  int n = 0;
+  const char* end = v + std::strlen(v);
+  const auto r = std::from_chars(v, end, n);
+  if (r.ec != std::errc() || r.ptr != end || n < 1 || n > 4096) {
+    std::fprintf(stderr, "%s: DS4_THREADS must be a whole number from 1 to 4096, got \"%s\"\n", prog, v);
+    std::exit(2);
+  }
+  return n;
 }
 
 }  // namespace ds4

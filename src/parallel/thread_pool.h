@@ -56,12 +56,18 @@ class ThreadPool {
 /// The process-wide pool the CPU path uses.
 ThreadPool& pool();
 
-/// [0, n) over up to nt threads of pool(), in about 4 chunks per thread: fn(i, slot) once per i
-/// (slot < nt, distinct among concurrently running threads).
+/// [0, n) over up to nt threads of pool() in about 4 chunks per thread: fn(lo, hi, slot) once
+/// per chunk (slot < nt, distinct among concurrently running threads).
+template <class Fn>
+void parallel_ranges(int nt, int64_t n, Fn&& fn) {
+  const int64_t chunks = 4 * static_cast<int64_t>(nt < 1 ? 1 : nt);
+  pool().for_chunks(nt, n, (n + chunks - 1) / chunks, fn);
+}
+
+/// As parallel_ranges, one index at a time: fn(i, slot) once per i.
 template <class Fn>
 void parallel_for(int nt, int64_t n, Fn&& fn) {
-  const int64_t chunks = 4 * static_cast<int64_t>(nt < 1 ? 1 : nt);
-  pool().for_chunks(nt, n, (n + chunks - 1) / chunks, [&](int64_t lo, int64_t hi, int slot) {
+  parallel_ranges(nt, n, [&](int64_t lo, int64_t hi, int slot) {
     for (int64_t i = lo; i < hi; ++i) fn(i, slot);
   });
 }

@@ -98,9 +98,7 @@ Flags parse(int argc, char** argv) {
     std::fprintf(stderr, "ds4-server: --kv-cache-cold-max-tokens must be 0 or >= --kv-cache-min-tokens\n");
     std::exit(2);
   }
-  if (f.threads == 0) {
-    if (const char* env = std::getenv("DS4_THREADS")) f.threads = std::atoi(env);
-  }
+  if (f.threads == 0) f.threads = ds4::threads_from_env("ds4-server");
   return f;
 }
 

@@ -27,6 +27,11 @@ expect 2 "temp.*not in range" -- "$ds4" -m "$model" -p hi --temp -1
 expect 2 "^ds4: --temp: Failed parsing abc" -- "$ds4" -m "$model" -p hi --temp abc
 expect 2 "ctx: Failed parsing 12x as a whole number" -- "$ds4" -m "$model" -p hi -c 12x
 expect 2 "not both" -- "$ds4" -m "$model" -p hi --prompt-file "$0"
+# DS4_THREADS (read when -t is not given) has -t's range and a clear error.
+expect 2 "^ds4: DS4_THREADS must be a whole number from 1 to 4096, got \"abc\"" -- env DS4_THREADS=abc "$ds4" -m "$model" -p hi -n 1
+expect 2 "DS4_THREADS must be a whole number from 1 to 4096, got \"0\"" -- env DS4_THREADS=0 "$ds4" -m "$model" -p hi -n 1
+expect 2 "DS4_THREADS must be a whole number from 1 to 4096, got \"100000\"" -- env DS4_THREADS=100000 "$ds4" -m "$model" -p hi -n 1
+expect 0 "backend cpu" -- env DS4_THREADS=1 "$ds4" -m "$model" -p hi -n 1
 expect 1 "missing.gguf" -- "$ds4" -m "$tmp/missing.gguf" -p hi
 head -c 1000 "$model" > "$tmp/trunc.gguf"
 expect 1 "trunc.gguf.*(offset|truncated)" -- "$ds4" -m "$tmp/trunc.gguf" -p hi

@@ -37,8 +37,7 @@ void attention_heads(std::span<const float> q, std::span<const float> sinks,
     model::sink_attention(q, sinks, rows, out, {scratch.data(), n_rows});
     return;
   }
-  // Validate once on the calling thread (no exception may leave a parallel region); then no
-  // per-head call can fail.
+  // Validate once on the calling thread, so no per-head call can fail inside the region.
   if (out.size() != q.size())
     fail("attention_heads: q has {} values and out {} for {} heads", q.size(), out.size(), n_head);
   if (q.data() < out.data() + out.size() && out.data() < q.data() + q.size())
@@ -46,9 +45,9 @@ void attention_heads(std::span<const float> q, std::span<const float> sinks,
   for (const float* r : rows)
     if (r == nullptr) fail("attention_heads: null KV row pointer");
   scratch.resize(std::max(scratch.size(), static_cast<size_t>(nt) * n_rows));
-  parallel::parallel_for(nt, static_cast<int64_t>(n_head), [&](int64_t hi, int tid) {
+  parallel::parallel_for(nt, static_cast<int64_t>(n_head), [&](int64_t hi, int slot) {
     const auto h = static_cast<size_t>(hi);
-    float* sc = scratch.data() + static_cast<size_t>(tid) * n_rows;
+    float* sc = scratch.data() + static_cast<size_t>(slot) * n_rows;  // this thread's scratch
     model::sink_attention(q.subspan(h * dim, dim), sinks.subspan(h, 1), rows,
                           out.subspan(h * dim, dim), {sc, n_rows});
   });
@@ -65,8 +64,7 @@ void indexer_scores_rows(std::span<const float> q, std::span<const float> w,
     return;
   }
   const size_t dim = q.size() / n_head;
-  const auto rows_n = static_cast<int64_t>(n_rows), chunks = 4 * static_cast<int64_t>(nt);
-  parallel::pool().for_chunks(nt, rows_n, (rows_n + chunks - 1) / chunks, [&](int64_t lo, int64_t hi, int) {
+  parallel::parallel_ranges(nt, static_cast<int64_t>(n_rows), [&](int64_t lo, int64_t hi, int) {
     const auto l = static_cast<size_t>(lo), h = static_cast<size_t>(hi);
     model::indexer_scores(q, w, rows.subspan(l * dim, (h - l) * dim), scores.subspan(l, h - l));
   });
