@@ -6,8 +6,8 @@
 
 namespace ds4::bench {
 
-/// Copies a `bytes`-sized buffer into another with `threads` threads of parallel::pool() (each copies its
-/// contiguous share), repeating for at least `min_seconds` of wall time and at least 3 times,
+/// Copies a `bytes`-sized buffer into another with `threads` threads of parallel::pool() (in
+/// contiguous chunks), repeating for at least `min_seconds` of wall time and at least 3 times,
 /// and returns the best rate in GB/s (1e9 bytes of source read per second; as many are
 /// written). Both buffers are touched before timing, so page faults are not counted.
 /// Throws ds4::Error when bytes is 0 or threads < 1.

@@ -2,7 +2,6 @@
 // (product-surface §5.3), plus the weight bandwidth a decode step reaches next to this machine's
 // memcpy bandwidth. Exit codes: 0 ok, 2 bad input (flags, files, model, prompt too short),
 // 1 a failure while measuring.
-
 #include <cstdio>
 #include <memory>
 
@@ -17,10 +16,10 @@
 #include "chat/render.h"
 #include "common/error.h"
 #include "common/read_file.h"
-#include "parallel/thread_pool.h"
 #include "csv.h"
 #include "engine/engine.h"
 #include "frontiers.h"
+#include "parallel/thread_pool.h"
 #include "sweep.h"
 #include "synthetic_shards.h"
 #include "tokenizer/special_tokens.h"

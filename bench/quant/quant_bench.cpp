@@ -120,8 +120,7 @@ void BM_Memcpy(benchmark::State& state, size_t bytes, int threads) {
   std::memset(dst.get(), 2, kArenaBytes / 2);
   const unsigned char* src = arena();
   for (auto _ : state) {
-    const auto total = static_cast<int64_t>(bytes);
-    ds4::parallel::pool().for_chunks(threads, total, (total + threads - 1) / threads, [&](int64_t lo, int64_t hi, int) {
+    ds4::parallel::parallel_ranges(threads, static_cast<int64_t>(bytes), [&](int64_t lo, int64_t hi, int) {
       std::memcpy(dst.get() + lo, src + lo, static_cast<size_t>(hi - lo));
     });
     benchmark::ClobberMemory();
@@ -137,8 +136,7 @@ void BM_Read(benchmark::State& state, size_t bytes, int threads) {
   const size_t words = bytes / 8;
   for (auto _ : state) {
     std::atomic<uint64_t> total{0};
-    const auto n = static_cast<int64_t>(words);
-    ds4::parallel::pool().for_chunks(threads, n, (n + threads - 1) / threads, [&](int64_t lo, int64_t hi, int) {
+    ds4::parallel::parallel_ranges(threads, static_cast<int64_t>(words), [&](int64_t lo, int64_t hi, int) {
       uint64_t t = 0;
       for (int64_t i = lo; i < hi; ++i) t += src[i];
       total.fetch_add(t);

@@ -1,6 +1,5 @@
 #include "backend/cpu/cpu_backend.h"
 
-
 #include "backend/cpu/forward.h"
 #include "parallel/thread_pool.h"
 

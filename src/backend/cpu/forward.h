@@ -44,7 +44,8 @@ class ForwardTrace {
 /// Runs batches of tokens through the model. One instance per session (it owns scratch).
 class Forward {
  public:
-  /// `threads` >= 1 threads (parallel::pool()) for the matrix products, attention heads and indexer rows.
+  /// `threads` >= 1 threads (parallel::pool()) for the matrix products, attention heads and
+  /// indexer rows.
   Forward(const model::Config& config, const model::Weights& weights, int threads);
 
   /// Evaluates tokens[0..n) at absolute positions pos0..pos0+n-1, updating `kv`. Writes the

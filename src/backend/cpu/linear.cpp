@@ -12,8 +12,8 @@ namespace {
 // block of weight rows is read from memory once per call, whatever the token count.
 constexpr int64_t kBlock = 16;
 
-// A parallel region's fork/join costs a few microseconds (far more when the other cores are busy), about
-// what one core needs for 32 Ki multiply-adds; each thread gets at least that much work.
+// A parallel region's fork/join costs a few microseconds (more when the other cores are busy),
+// about what one core needs for 32 Ki multiply-adds; each thread gets at least that much work.
 // Measured on the tiny models at 2 threads (docs/perf-notes.md): 16-32 Ki is best; 64 Ki keeps
 // the 256 x 256 matrices on one thread and loses a third of f32 decode speed.
 constexpr uint64_t kMinMacsPerThread = uint64_t{1} << 15;

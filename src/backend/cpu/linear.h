@@ -1,7 +1,8 @@
 // Batched products of a quantized weight matrix with the activations of several tokens, the
 // CPU backend's one matrix kernel. Each (row, token) value is the same quant::vec_dot a
 // single-token matvec computes, so a prefill of any chunk size gives bit-identical results to
-// token-by-token decode; the thread pool splits rows across threads, which does not change any value.
+// token-by-token decode; the thread pool splits rows across threads, which does not change any
+// value.
 #pragma once
 
 #include <cstdint>

@@ -10,8 +10,8 @@
 namespace ds4::cpu {
 namespace {
 
-// About what one core does in the few microseconds a parallel region's fork/join costs (the same rule as
-// cpu::matmul_threads).
+// About what one core does in the few microseconds a parallel region's fork/join costs (the same
+// rule as cpu::matmul_threads).
 constexpr uint64_t kMinMacsPerThread = uint64_t{1} << 15;
 
 }  // namespace
