@@ -1,6 +1,6 @@
-// Activation quantizers, the grouped decode matvecs (chunked, streaming, and the direct IQ2_XXS
-// kernel) and the prefill's multi-token matvecs, templated on the weight format; weights are in
-// the device row layout (weight_layout.cuh).
+// Activation quantizers, the grouped decode matvecs (chunked, streaming, and the row-slice
+// K-quant / IQ2_XXS kernel) and the prefill's multi-token matvecs, templated on the weight
+// format; weights are in the device row layout (weight_layout.cuh).
 // Every dot reproduces quant::ref (src/quant/*.cpp) exactly: the same lane partition and
 // reduction tree for F32/F16/BF16 (16 lanes) and Q8_0/MXFP4 (8 lanes), the same in-order block
 // sum for Q2_K/Q4_K/IQ2_XXS, exact integer block dots, f32 scale products in the same order.
@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <utility>
 
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/async_copy.cuh"
@@ -579,7 +580,7 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
   const int64_t base = a.row0 + static_cast<int64_t>(a.ids ? a.ids[g] : g) * a.group_rows;
   const uint8_t* w0 = a.w + static_cast<size_t>(base) * a.row_bytes;
   // Unit u = chunk ch of this warp's slot s; cursors (s, ch) of the next unit to issue and to
-  // sum, advanced one unit at a time (64-bit divisions per unit cost ~10 % in the direct kernel).
+  // sum, advanced one unit at a time (64-bit divisions per unit cost ~10 % in an earlier kernel).
   const int nch = a.rpw == 1 ? static_cast<int>((nblk + CB - 1) / CB) : 1;
   int64_t is = first, cs = first;
   int ich = 0, cch = 0, iu = 0;
@@ -668,147 +669,6 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
   cp_async_wait_group<0>();
 }
 
-// ---- the direct IQ2_XXS matvec (weights straight into registers) ----------------------------
-//
-// The routed gate/up experts of the q2 recipe (IQ2_XXS) were the slowest decode matvec (ncu:
-// 15 % of DRAM bandwidth at 64 % issue slots: integer work per byte, plus staging every weight
-// byte through shared memory). Stored split (weight_layout.cuh), each lane reads its 32-value
-// group (8 bytes) with one load straight from global memory into registers; the block's shared
-// memory holds only the grid table and the resident Q8_K activation, also split (int8 values,
-// then the f32 scales; the bsums are not needed). A warp walks its rows (persistent, one wave)
-// as units of 4 blocks of one row, kDirU units per batch, the next batch's loads issued before
-// the current one is summed. Lanes, integer dots and the block-order float sum are k_part's and
-// dot_chunk's, so results are bit-identical. (A Q8_0 variant measured no faster than
-// matvec_stream_kernel, and an L2 row prefetch ahead of the loads made both slower:
-// docs/perf-notes.md, session 5.)
-
-constexpr int kDirWarps = 8;
-constexpr int kDirU = 2;        // units per batch (two batches in flight while one is summed)
-constexpr int kDirBlk = 4;      // IQ2_XXS blocks per unit (8 lanes each)
-constexpr int kDirActWords = 65;  // staged words of a 292-byte Q8_K block: scale + 256 values
-
-// Split activation bytes in shared memory for nblk Q8_K blocks (values, then f32 scales).
-size_t dir_act_bytes(int64_t nblk) { return static_cast<size_t>(nblk) * (256 + 4); }
-
-__global__ void __launch_bounds__(kDirWarps * 32, 4) matvec_iq2_direct_kernel(MatvecJobs jobs) {
-  pdl_trigger();
-  extern __shared__ __align__(16) uint8_t dsm[];
-  __shared__ Tables tab;
-  const MatvecArgs a = blockIdx.z ? jobs.job[1] : jobs.job[0];
-  if (static_cast<int64_t>(blockIdx.x) * kDirWarps >= a.n_rows) return;  // uniform: whole block
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int g = blockIdx.y;
-  const int64_t warps_total = static_cast<int64_t>(gridDim.x) * kDirWarps;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kDirWarps + warp;
-  const bool early = a.ids == nullptr;  // weights are constant: fetched before the PDL wait
-  if (!early) pdl_wait();
-  if (a.ids && a.ids[g] < 0) {  // a group this device does not hold (expert parallelism): zeros
-    for (int64_t r = first; r < a.n_rows; r += warps_total)
-      if (lane == 0) a.y[g * a.y_stride + r] = 0.0f;
-    return;
-  }
-  constexpr int B = Split<kIQ2_XXS>::kBulk;
-  const int64_t nblk = a.cols / 256;
-  const int64_t base = a.row0 + static_cast<int64_t>(a.ids ? a.ids[g] : g) * a.group_rows;
-  const uint8_t* w0 = a.w + static_cast<size_t>(base) * a.row_bytes;
-  const int nit = static_cast<int>((nblk + kDirBlk - 1) / kDirBlk);  // units per row
-  const int jl = lane / 8, part = lane % 8;
-  // Cursors (row, unit within the row) of the next unit to load and to sum, advanced one unit
-  // at a time (no divisions in the loop).
-  int64_t lr = first, cr = first;
-  int lit = 0, cit = 0;
-  auto load = [&](uint2& q, uint32_t& d) {
-    const int j = lit * kDirBlk + jl;
-    if (lr < a.n_rows && j < nblk) {
-      const uint8_t* row = w0 + static_cast<size_t>(lr) * a.row_bytes;
-      q = __ldg(reinterpret_cast<const uint2*>(row + j * B) + part);
-      d = __ldg(reinterpret_cast<const unsigned short*>(row + nblk * B) + j);
-    }
-    if (++lit == nit) {
-      lit = 0;
-      lr += warps_total;
-    }
-  };
-  uint2 q[kDirU], qn[kDirU];
-  uint32_t d[kDirU], dn[kDirU];
-#pragma unroll
-  for (int k = 0; k < kDirU; ++k) {
-    q[k] = qn[k] = uint2{0, 0};
-    d[k] = dn[k] = 0;
-  }
-  if (early) {
-#pragma unroll
-    for (int k = 0; k < kDirU; ++k) load(q[k], d[k]);
-    pdl_wait();
-  }
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) tab.grid[i] = c_iq2_grid[i];
-  uint8_t* xq = dsm;
-  float* xd = reinterpret_cast<float*>(dsm + nblk * 256);
-  {  // the activation row, split: word w of block b is its scale (w == 0) or values 4(w-1)..
-    const auto* x4 = reinterpret_cast<const int*>(a.act + g * a.act_stride);
-    constexpr int kSrcWords = sizeof(BQ8_K) / 4;
-    const int n = static_cast<int>(nblk) * kDirActWords;  // < 16 KiB of activation: fits an int
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const int b = i / kDirActWords, w = i % kDirActWords;
-      void* dst = w == 0 ? static_cast<void*>(xd + b) : static_cast<void*>(xq + b * 256 + 4 * (w - 1));
-      cp_async4(dst, x4 + b * kSrcWords + w);
-    }
-  }
-  if (!early) {
-#pragma unroll
-    for (int k = 0; k < kDirU; ++k) load(q[k], d[k]);
-  }
-  cp_async_wait();
-  __syncthreads();
-  float acc = 0.0f;
-  while (cr < a.n_rows) {
-#pragma unroll
-    for (int k = 0; k < kDirU; ++k) load(qn[k], dn[k]);
-#pragma unroll
-    for (int k = 0; k < kDirU; ++k) {
-      const int64_t r = cr;
-      if (r >= a.n_rows) break;  // uniform across the warp
-      const int j0 = cit * kDirBlk, j = j0 + jl;
-      const bool last = cit == nit - 1;
-      if (++cit == nit) {
-        cit = 0;
-        cr += warps_total;
-      }
-      const bool on = j < nblk;
-      int isum = 0;
-      if (on) {
-        const uint8_t* yq = xq + j * 256 + 32 * part;
-        const int4 y0 = *reinterpret_cast<const int4*>(yq);
-        const int4 y1 = *reinterpret_cast<const int4*>(yq + 16);
-        const int ys[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
-        const uint32_t a0 = q[k].x, a1 = q[k].y;
-        int sumi = 0;
-#pragma unroll
-        for (int gi = 0; gi < 4; ++gi)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) sumi = __dp4a(iq2_word(a0, a1, gi, h, tab), ys[2 * gi + h], sumi);
-        isum = sumi * static_cast<int>(2 * (a1 >> 28) + 1);
-      }
-      for (int off = 1; off < 8; off <<= 1) isum += __shfl_xor_sync(kFull, isum, off);
-      const float v = on ? (h2f(static_cast<uint16_t>(d[k])) * xd[j]) * static_cast<float>(isum) : 0.0f;
-#pragma unroll
-      for (int bl = 0; bl < kDirBlk; ++bl) {  // block values in block order
-        const float vb = __shfl_sync(kFull, v, 8 * bl);
-        if (j0 + bl < nblk) acc = acc + vb;
-      }
-      if (last) {
-        if (lane == 0) a.y[g * a.y_stride + r] = 0.125f * acc;
-        acc = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kDirU; ++k) {
-      q[k] = qn[k];
-      d[k] = dn[k];
-    }
-  }
-}
-
 constexpr int64_t kQ8WideMinBytes = int64_t{24} << 20;  // see launch_matvec
 
 // True when environment variable `name` starts with '0': the kernel-choice switches
@@ -824,10 +684,344 @@ bool q8_wide_off() {
   return off;
 }
 
-// DS4_CUDA_MATVEC_DIRECT=0: IQ2_XXS uses the streaming kernel too (comparisons).
-bool direct_off() {
-  static const bool off = env_zero("DS4_CUDA_MATVEC_DIRECT");
-  return off;
+// ---- the row-slice K-quant matvec (Q2_K, Q4_K and IQ2_XXS decode) --------------------------
+//
+// The routed experts of the q2 / q4 recipes. The streaming kernel (and the direct IQ2_XXS kernel
+// this one replaced) spread each block over 8 lanes and reduce every block's integer dot and f32
+// value by shuffles: ~150 of the ~245 instructions per lane and 32-value group were those
+// reductions (PTX count, perf-notes session 9). Here kL lanes share a row (lane = kL * row + s):
+// at step j lane s loads its slice of the row's block j (256 / kL values: IQ2_XXS the split
+// payload's groups and the f16 scale, Q2_K / Q4_K the scale bytes and the codes they need, each
+// load as wide as its alignment allows), forms the exact integer dots of its slice, log2(kL)
+// xor-shuffles complete the block's sums on the row's lanes, and every lane of the row adds the
+// block's f32 value to the row's running sum in block order: quant::ref's order and
+// k_block_value's float steps, so results equal the other kernels' bit for bit. Loads run
+// RsFmt::kAhead blocks ahead of the arithmetic. Each block of threads stages its group's
+// activation once: the 256 values of a Q8_K block as kL segments padded by 16 bytes (the row's
+// lanes read different banks), then the bsums, then the scales. IQ2_XXS signs are expanded to
+// byte masks by arithmetic (no table: the grid lookups already load the shared-memory pipe).
+
+constexpr int kRsWarps = 8;
+constexpr int kRsMaxSmem = 48 * 1024;  // staged activation limit (else the other kernels)
+// Copies of the IQ2_XXS grid in shared memory, entry e of copy c at e * 16 + c: lane l reads copy
+// l mod 16, so the 16 lanes of a half-warp's 8-byte lookups never share a bank pair (one table:
+// ~3-way conflicts).
+constexpr int kRsGridCopies = 16;
+
+template <int kL> struct RsLanes {
+  static_assert(kL == 4 || kL == 8, "4 or 8 lanes per row");
+  static constexpr int kRows = 32 / kL;           // rows per warp
+  static constexpr int kG = 8 / kL;               // 32-value groups per lane and block
+  static constexpr int kSeg = 256 / kL + 16;      // staged bytes per lane slice of a Q8_K block
+  static constexpr int kValBytes = kL * kSeg;     // staged value bytes per Q8_K block
+};
+
+// A lane's slice of one weight block (kG groups of 32 values), as loaded into registers.
+template <uint32_t T, int kG> struct RsSlice;
+template <int kG> struct RsSlice<kIQ2_XXS, kG> {  // per group: grid indices, signs | scale << 28
+  uint32_t q[2 * kG];
+  uint32_t d;  // f16 scale
+};
+template <int kG> struct RsSlice<kQ2_K, kG> {  // scale bytes of the slice; codes; d | dmin << 16
+  uint32_t sc;
+  uint32_t qs[8];
+  uint32_t dd;
+};
+template <int kG> struct RsSlice<kQ4_K, kG> {  // d, dmin and the 12 scale bytes; codes
+  uint4 head;
+  uint32_t qs[8];
+};
+
+template <uint32_t T> struct RsFmt {
+  // Blocks in flight ahead of the arithmetic (Q2_K: 4, so the unrolled step knows j mod 4, hence
+  // each load's alignment: the 84-byte blocks are 16-byte aligned every 4 blocks).
+  static constexpr int kAhead = T == kQ4_K ? 2 : 4;
+  static constexpr bool kBsums = T != kIQ2_XXS;
+  static constexpr int kActWords = kBsums ? 73 : 65;  // staged words of a Q8_K block
+};
+
+// Loads words [kM, kN) from p (4-byte aligned, p mod 16 == kAlign) into w, each load as wide as
+// its address allows.
+template <int kAlign, int kN, int kM = 0>
+__device__ __forceinline__ void rs_ld_words(const uint8_t* p, uint32_t* w) {
+  if constexpr (kM < kN) {
+    constexpr int al = (kAlign + 4 * kM) % 16;
+    if constexpr (al == 0 && kM + 4 <= kN) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p + 4 * kM));
+      w[kM] = v.x, w[kM + 1] = v.y, w[kM + 2] = v.z, w[kM + 3] = v.w;
+      rs_ld_words<kAlign, kN, kM + 4>(p, w);
+    } else if constexpr (al % 8 == 0 && kM + 2 <= kN) {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(p + 4 * kM));
+      w[kM] = v.x, w[kM + 1] = v.y;
+      rs_ld_words<kAlign, kN, kM + 2>(p, w);
+    } else {
+      w[kM] = __ldg(reinterpret_cast<const uint32_t*>(p + 4 * kM));
+      rs_ld_words<kAlign, kN, kM + 1>(p, w);
+    }
+  }
+}
+
+// Loads slice s (groups kG * s ..) of block j of `row` (device layout; rows 16-byte aligned).
+// kJ4 = j mod 4, a constant: where Q2_K's codes sit against 16-byte boundaries.
+template <uint32_t T, int kG, int kJ4>
+__device__ __forceinline__ void rs_load(const uint8_t* row, int nblk, int j, int s, RsSlice<T, kG>& w) {
+  if constexpr (T == kIQ2_XXS) {
+    constexpr int B = Split<kIQ2_XXS>::kBulk;
+    rs_ld_words<0, 2 * kG>(row + j * B + 8 * kG * s, w.q);
+    w.d = __ldg(reinterpret_cast<const unsigned short*>(row + nblk * B) + j);
+  } else if constexpr (T == kQ2_K) {
+    const uint8_t* b = row + j * Fmt<kQ2_K>::kBytes;  // 4 * kJ4 bytes past a 16-byte boundary
+    w.sc = __ldg(reinterpret_cast<const uint32_t*>(b) + kG * s / 2);  // scale bytes 2 kG s ..
+    rs_ld_words<(4 * kJ4) % 16, 8>(b + 16 + 32 * (kG * s / 4), w.qs);  // the codes' 32-byte half
+    w.dd = __ldg(reinterpret_cast<const uint32_t*>(b) + 20);
+  } else {
+    const uint8_t* b = row + j * Fmt<kQ4_K>::kBytes;  // 144-byte blocks: 16-byte aligned
+    w.head = __ldg(reinterpret_cast<const uint4*>(b));
+    rs_ld_words<0, 8>(b + 16 + 32 * (kG * s / 2), w.qs);  // codes of sub-blocks 2 (kG s / 2) ..
+  }
+}
+
+// Byte mask of 4 sign bits: byte i of the result is 0xff when bit 8i + 7 of t is set, else 0
+// (prmt's sign-replicating byte select).
+__device__ __forceinline__ uint32_t rs_sign_bytes(uint32_t t) {
+  uint32_t m;
+  asm("prmt.b32 %0, %1, 0, 0xba98;" : "=r"(m) : "r"(t));
+  return m;
+}
+
+__device__ __forceinline__ int rs_bsum(uint32_t pair, int hi) {  // int16 half of a bsums word
+  return hi ? static_cast<int>(pair) >> 16 : static_cast<int>(static_cast<int16_t>(pair & 0xffff));
+}
+
+// The integer sums of lane slice s against its activation values xq (32 kG values, 16-byte
+// aligned) and their 2 kG bsums (bs): isum the scaled code dot, summs the min correction
+// (K-quants). grid: this lane's copy of the IQ2_XXS grid (entry e at grid[e * kRsGridCopies]).
+template <uint32_t T, int kG>
+__device__ __forceinline__ void rs_dots(const RsSlice<T, kG>& w, const uint8_t* xq, const uint8_t* bs, int s,
+                                        const uint64_t* grid, int& isum, int& summs) {
+  isum = summs = 0;
+  int bsum[2 * kG];
+  if constexpr (T != kIQ2_XXS) {
+    if constexpr (kG == 2) {
+      const uint2 b2 = *reinterpret_cast<const uint2*>(bs);
+      bsum[0] = rs_bsum(b2.x, 0), bsum[1] = rs_bsum(b2.x, 1), bsum[2] = rs_bsum(b2.y, 0), bsum[3] = rs_bsum(b2.y, 1);
+    } else {
+      const uint32_t b1 = *reinterpret_cast<const uint32_t*>(bs);
+      bsum[0] = rs_bsum(b1, 0), bsum[1] = rs_bsum(b1, 1);
+    }
+  }
+#pragma unroll
+  for (int gi = 0; gi < kG; ++gi) {  // group (32 values) kG * s + gi of the block
+    const int4 y0 = *reinterpret_cast<const int4*>(xq + 32 * gi);
+    const int4 y1 = *reinterpret_cast<const int4*>(xq + 32 * gi + 16);
+    const int ys[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+    const int P = kG * s + gi;
+    if constexpr (T == kIQ2_XXS) {
+      // Signed grid values s_i * g_i (g_i in 8..43): g ^ M per byte is -g - 1 where the sign mask
+      // byte M is 0xff (-1), so sum s_i g_i y_i = dp4a(g ^ M, y) - dp4a(M, y), exactly. The 8th
+      // sign of each 8 values is the parity of the other 7 (ksigns_iq2xs); 0x10204080 moves bit i
+      // of a nibble to bit 8i + 7 with no overlapping terms.
+      const uint32_t a0 = w.q[2 * gi], a1 = w.q[2 * gi + 1];
+      int sp[2] = {0, 0}, sn[2] = {0, 0};  // per half of 8 values: two dp4a chains each
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const uint64_t g = grid[((a0 >> (8 * e)) & 0xff) * kRsGridCopies];
+        const uint32_t s7 = (a1 >> (7 * e)) & 127;
+        const uint32_t mlo = rs_sign_bytes(s7 * 0x10204080u);
+        const uint32_t mhi = rs_sign_bytes((s7 >> 4) * 0x10204080u + (static_cast<uint32_t>(__popc(s7)) << 31));
+        sp[0] = __dp4a(static_cast<int>(static_cast<uint32_t>(g) ^ mlo), ys[2 * e], sp[0]);
+        sn[0] = __dp4a(static_cast<int>(mlo), ys[2 * e], sn[0]);
+        sp[1] = __dp4a(static_cast<int>(static_cast<uint32_t>(g >> 32) ^ mhi), ys[2 * e + 1], sp[1]);
+        sn[1] = __dp4a(static_cast<int>(mhi), ys[2 * e + 1], sn[1]);
+      }
+      isum += ((sp[0] + sp[1]) - (sn[0] + sn[1])) * static_cast<int>(2 * (a1 >> 28) + 1);
+    } else if constexpr (T == kQ2_K) {  // k_part's Q2_K: two 16-value sub-blocks of part P
+      const int shift = 2 * (P % 4);
+      int sub0 = 0, sub1 = 0;
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        sub0 = __dp4a((static_cast<int>(w.qs[m]) >> shift) & 0x03030303, ys[m], sub0);
+        sub1 = __dp4a((static_cast<int>(w.qs[4 + m]) >> shift) & 0x03030303, ys[4 + m], sub1);
+      }
+      const uint32_t sc2 = w.sc >> (8 * ((2 * P) % 4));  // scale bytes 2P, 2P + 1
+      const int s0 = sc2 & 0xff, s1 = (sc2 >> 8) & 0xff;
+      isum += (s0 & 15) * sub0 + (s1 & 15) * sub1;
+      summs += bsum[2 * gi] * (s0 >> 4) + bsum[2 * gi + 1] * (s1 >> 4);
+    } else {  // k_part's Q4_K: sub-block P of 32 values, 6-bit scale and min
+      auto sbyte = [&](int b) {  // scale byte b (run-time b: selects, not an indexed array)
+        const uint32_t word = b < 4 ? w.head.y : b < 8 ? w.head.z : w.head.w;
+        return static_cast<int>((word >> (8 * (b & 3))) & 0xff);
+      };
+      int sc, mn;
+      if (P < 4) {
+        sc = sbyte(P) & 63;
+        mn = sbyte(P + 4) & 63;
+      } else {
+        sc = (sbyte(P + 4) & 15) | ((sbyte(P - 4) >> 6) << 4);
+        mn = (sbyte(P + 4) >> 4) | ((sbyte(P) >> 6) << 4);
+      }
+      int sub = 0;
+#pragma unroll
+      for (int m = 0; m < 8; ++m) sub = __dp4a((static_cast<int>(w.qs[m]) >> (4 * (P & 1))) & 0x0f0f0f0f, ys[m], sub);
+      isum += sc * sub;
+      summs += mn * (bsum[2 * gi] + bsum[2 * gi + 1]);
+    }
+  }
+}
+
+// The block's f32 value from its completed integer sums (k_block_value's steps).
+template <uint32_t T, int kG>
+__device__ __forceinline__ float rs_value(const RsSlice<T, kG>& w, float yd, int isum, int summs) {
+  if constexpr (T == kIQ2_XXS) {
+    const float d = h2f(static_cast<uint16_t>(w.d)) * yd;
+    return d * static_cast<float>(isum);
+  } else {
+    uint32_t dd;
+    if constexpr (T == kQ2_K) dd = w.dd;
+    else dd = w.head.x;
+    const float dall = yd * h2f(static_cast<uint16_t>(dd & 0xffff));
+    const float dmin = yd * h2f(static_cast<uint16_t>(dd >> 16));
+    return dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+  }
+}
+
+// f(std::integral_constant<int, K>{}) for K = 0 .. N-1, in order (unrolled, K a constant).
+template <class F, int... K>
+__device__ __forceinline__ void rs_static_for_seq(F& f, std::integer_sequence<int, K...>) {
+  (f(std::integral_constant<int, K>{}), ...);
+}
+template <int N, class F>
+__device__ __forceinline__ void rs_static_for(F&& f) {
+  rs_static_for_seq(f, std::make_integer_sequence<int, N>{});
+}
+
+// Shared memory of the staged activation for nblk Q8_K blocks.
+template <uint32_t T, int kL>
+size_t rs_smem_bytes(int64_t nblk) {
+  return static_cast<size_t>(nblk) * (RsLanes<kL>::kValBytes + (RsFmt<T>::kBsums ? 32 : 0) + 4);
+}
+
+template <uint32_t T, int kL>
+__global__ void __launch_bounds__(kRsWarps * 32) matvec_rowslice_kernel(MatvecJobs jobs) {
+  pdl_trigger();
+  extern __shared__ __align__(16) uint8_t rsm[];
+  __shared__ uint64_t grid[T == kIQ2_XXS ? 256 * kRsGridCopies : 1];
+  using Ln = RsLanes<kL>;
+  constexpr int kRows = kRsWarps * Ln::kRows, kG = Ln::kG;
+  constexpr int kAhead = RsFmt<T>::kAhead;
+  const MatvecArgs a = blockIdx.z ? jobs.job[1] : jobs.job[0];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  if (r0 >= a.n_rows) return;  // uniform: the other job of a pair has more rows
+  const int lane = threadIdx.x & 31, s = lane % kL;
+  const int64_t r = r0 + (threadIdx.x / 32) * Ln::kRows + lane / kL;
+  const bool on = r < a.n_rows;
+  const int g = blockIdx.y;
+  const int nblk = static_cast<int>(a.cols / 256);
+  const bool early = a.ids == nullptr;  // weights are constant: fetched before the PDL wait
+  if (!early) pdl_wait();
+  if (a.ids && a.ids[g] < 0) {  // a group this device does not hold (expert parallelism): zeros
+    if (on && s == 0) a.y[g * a.y_stride + r] = 0.0f;
+    return;
+  }
+  const int64_t base = a.row0 + static_cast<int64_t>(a.ids ? a.ids[g] : g) * a.group_rows;
+  const uint8_t* row = a.w + static_cast<size_t>(base + (on ? r : 0)) * a.row_bytes;
+  static_assert(T != kQ2_K || kAhead % 4 == 0, "Q2_K steps need j mod 4 as a constant");
+  RsSlice<T, kG> buf[kAhead];
+  rs_static_for<kAhead>([&](auto kc) {
+    constexpr int K = decltype(kc)::value;
+    buf[K] = RsSlice<T, kG>{};
+    if (on && K < nblk) rs_load<T, kG, K % 4>(row, nblk, K, s, buf[K]);
+  });
+  if (early) pdl_wait();
+  if constexpr (T == kIQ2_XXS) {  // one load per entry, then its copies (not a load per copy)
+    static_assert(kRsWarps * 32 >= 256, "a thread per grid entry");
+    if (threadIdx.x < 256) {
+      const uint64_t e = c_iq2_grid[threadIdx.x];
+#pragma unroll
+      for (int c = 0; c < kRsGridCopies; ++c) grid[threadIdx.x * kRsGridCopies + c] = e;
+    }
+  }
+  uint8_t* xq = rsm;                              // nblk x kL segments of 256 / kL values
+  uint8_t* xb = rsm + nblk * Ln::kValBytes;       // nblk x 16 bsums (K-quants), 16-byte aligned
+  float* xd = reinterpret_cast<float*>(xb + (RsFmt<T>::kBsums ? nblk * 32 : 0));  // nblk scales
+  {  // word w of Q8_K block b: its scale (0), values 4 (w - 1).. (1..64), bsums (65..72)
+    constexpr int kWords = RsFmt<T>::kActWords, kSrcWords = sizeof(BQ8_K) / 4, kSegWords = 64 / kL;
+    const auto* x4 = reinterpret_cast<const int*>(a.act + g * a.act_stride);
+    for (int i = threadIdx.x; i < nblk * kWords; i += blockDim.x) {
+      const int b = i / kWords, w = i % kWords;
+      void* dst;
+      if (w == 0) dst = xd + b;
+      else if (w <= 64) dst = xq + b * Ln::kValBytes + ((w - 1) / kSegWords) * Ln::kSeg + 4 * ((w - 1) % kSegWords);
+      else dst = xb + b * 32 + 4 * (w - 65);
+      cp_async4(dst, x4 + b * kSrcWords + w);
+    }
+  }
+  cp_async_wait();
+  __syncthreads();
+  float acc = 0.0f;
+  const uint64_t* my_grid = grid + (lane % kRsGridCopies);
+  for (int j0 = 0; j0 < nblk; j0 += kAhead) {
+    rs_static_for<kAhead>([&](auto kc) {  // step j = j0 + K (j0 a multiple of kAhead)
+      constexpr int K = decltype(kc)::value;
+      const int j = j0 + K;
+      if (j >= nblk) return;  // uniform across the block
+      const RsSlice<T, kG> cur = buf[K];
+      if (on && j + kAhead < nblk) rs_load<T, kG, K % 4>(row, nblk, j + kAhead, s, buf[K]);
+      int isum, summs;
+      rs_dots<T, kG>(cur, xq + j * Ln::kValBytes + s * Ln::kSeg, xb + j * 32 + 4 * kG * s, s, my_grid, isum, summs);
+#pragma unroll
+      for (int off = 1; off < kL; off <<= 1) {
+        isum += __shfl_xor_sync(kFull, isum, off);
+        if constexpr (RsFmt<T>::kBsums) summs += __shfl_xor_sync(kFull, summs, off);
+      }
+      acc = acc + rs_value<T, kG>(cur, xd[j], isum, summs);
+    });
+  }
+  if (on && s == 0) a.y[g * a.y_stride + r] = T == kIQ2_XXS ? 0.125f * acc : acc;
+}
+
+// Lanes per row of format T: DS4_CUDA_MATVEC_ROWSLICE=4 / =8 for every format, =0 for none (the
+// K-quant / IQ2_XXS decode matvecs through the streaming kernel: comparisons); by
+// default 8 for IQ2_XXS, 4 for the K-quants (H200, perf-notes session 11).
+template <uint32_t T>
+int rowslice_lanes() {
+  static const int env = [] {
+    const char* v = std::getenv("DS4_CUDA_MATVEC_ROWSLICE");
+    return v == nullptr ? -1 : v[0] == '0' ? 0 : v[0] == '4' ? 4 : v[0] == '8' ? 8 : -1;
+  }();
+  return env >= 0 ? env : T == kIQ2_XXS ? 8 : 4;
+}
+
+// Launches matvec_rowslice_kernel when the format has one and the rows and activation suit it
+// (16-byte aligned rows, the staged activation within kRsMaxSmem); false otherwise.
+template <uint32_t T>
+bool launch_rowslice(const MatvecJobs& jobs, int n_jobs, int groups) {
+  if constexpr (T != kQ2_K && T != kQ4_K && T != kIQ2_XXS) {
+    return false;
+  } else {
+    const int lanes = rowslice_lanes<T>();
+    if (lanes == 0) return false;
+    int64_t rows = 0, nblk = 0;
+    for (int j = 0; j < n_jobs; ++j) {
+      const MatvecArgs& a = jobs.job[j];
+      if (reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || a.row_bytes % 16 != 0 || a.act_stride % 4 != 0) return false;
+      rows = std::max(rows, a.n_rows);
+      nblk = std::max(nblk, a.cols / 256);
+    }
+    const size_t smem = lanes == 4 ? rs_smem_bytes<T, 4>(nblk) : rs_smem_bytes<T, 8>(nblk);
+    if (smem > kRsMaxSmem) return false;
+    const int64_t per_block = int64_t{kRsWarps} * 32 / lanes;
+    const dim3 grid(static_cast<unsigned>((rows + per_block - 1) / per_block), static_cast<unsigned>(groups),
+                    static_cast<unsigned>(n_jobs));
+    auto kernel = lanes == 4 ? matvec_rowslice_kernel<T, 4> : matvec_rowslice_kernel<T, 8>;
+    // The IQ2_XXS grid copies are 32 KiB of static shared memory: with the activation the block
+    // may pass the 48 KiB that needs no opt-in.
+    if constexpr (T == kIQ2_XXS)
+      cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem));
+    launch_k(kernel, grid, kRsWarps * 32, smem, jobs);
+    return true;
+  }
 }
 
 int sm_count() {
@@ -854,24 +1048,7 @@ void launch_matvec(MatvecJobs jobs, int n_jobs, int groups) {
     blocks = std::max(blocks, (a.n_rows + per_block - 1) / per_block);
     vec = vec && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.row_bytes % 16 == 0;
   }
-  if constexpr (T == kIQ2_XXS) {
-    if (resident && vec && !direct_off()) {
-      size_t smem = 0;
-      int64_t units = 0;
-      for (int j = 0; j < n_jobs; ++j) {
-        smem = std::max(smem, dir_act_bytes(jobs.job[j].cols / 256));
-        units = std::max(units, (jobs.job[j].n_rows + kDirWarps - 1) / kDirWarps);
-      }
-      allow_dynamic_smem(reinterpret_cast<const void*>(matvec_iq2_direct_kernel), smem);
-      int per_sm = 0;
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, matvec_iq2_direct_kernel, kDirWarps * 32, smem);
-      const int64_t wave = std::max<int64_t>(1, int64_t{std::max(per_sm, 1)} * sm_count() / (int64_t{groups} * n_jobs));
-      const dim3 grid(static_cast<unsigned>(std::min(units, wave)), static_cast<unsigned>(groups),
-                      static_cast<unsigned>(n_jobs));
-      launch_k(matvec_iq2_direct_kernel, grid, kDirWarps * 32, smem, jobs);
-      return;
-    }
-  }
+  if (launch_rowslice<T>(jobs, n_jobs, groups)) return;
   // The 2-lanes-per-block Q8_0 dot wins on the big projections (q_b, o_a, o_b, output: -9 to -16 %
   // per matrix on the H200) and loses on the small ones (q_a, kv, shared expert: +6 to +24 %),
   // where the split activation staging is not amortised over enough rows.

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# One device call's work (docs/perf-notes.md): the CUDA tests, a ds4-nano GPU == CPU greedy check
+# and the flash-q2 synthetic benchmarks, from binaries built on the dev machine and carried over
+# (the device has no Debian packages: the shared libraries they link travel beside them).
+#
+#   scripts/device-check.sh BIN_DIR [STEPS]
+#
+# BIN_DIR holds ds4, ds4-bench, ds4-make-model, test_cuda and lib/ (the .so files `ldd` names
+# that the device lacks). STEPS (default "tests nano decode prefill") picks from:
+#   tests    test_cuda on the tiny models (generated here)
+#   nano     ds4-nano q2 greedy text, --cuda vs --cpu (must be equal)
+#   decode   decode tok/s at 2K / 8K / 32K (--fill-state), once per entry of $AB (see below)
+#   prefill  prefill tok/s at 2K / 8K, once per entry of $AB
+#   kprof    ds4-bench --kernel-profile (per-matrix matvec rates), once per entry of $AB
+#   sprof    DS4_CUDA_PROFILE=1 decode step profile at 2K
+#   ncu      Nsight Compute of $KERNEL (regex, default "rowslice"), $NCU_COUNT launches (4)
+# TEST_AB: settings under which the CudaKernels.* tests run again (same syntax as AB).
+# AB: space-separated environment settings to compare, "-" for none (default "-"); each entry's
+# variables are comma-separated, e.g. AB="- DS4_CUDA_MATVEC_ROWSLICE=0" runs each benchmark with
+# the defaults and with the row-slice kernel off, alternated twice.
+# Logs go to $OUT (the device tool's folder) or ./device-out.
+set -uo pipefail
+BIN=$(cd "$1" && pwd)
+STEPS=${2:-tests nano decode prefill}
+AB=${AB:--}
+OUT=${OUT:-$PWD/device-out}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+MODELS=$BIN/models
+VOCAB=$ROOT/models/deepseek-v3-tokenizer.json.zst
+nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
+
+with_env() {  # with_env ENTRY CMD...: runs CMD with ENTRY's variables set
+  local entry=$1; shift
+  if [ "$entry" = "-" ]; then "$@"; else env ${entry//,/ } "$@"; fi
+}
+
+models() {
+  mkdir -p "$MODELS"
+  for r in q2 q4 f32; do
+    [ -f "$MODELS/ds4-tiny-$r.gguf" ] ||
+      "$BIN/ds4-make-model" --preset tiny --recipe "$r" --vocab "$VOCAB" --seed 1 -q -o "$MODELS/ds4-tiny-$r.gguf"
+  done
+  [ -f "$MODELS/ds4-nano-q2.gguf" ] ||
+    "$BIN/ds4-make-model" --weights "$ROOT/models/ds4-nano-weights.gguf.zst" --recipe q2 --vocab "$VOCAB" \
+      --name ds4-nano-q2 -q -o "$MODELS/ds4-nano-q2.gguf"
+}
+
+stall_metrics() {  # ncu: instructions and the average stall cycles per issue, by reason
+  local m=smsp__inst_executed.sum r
+  for r in long_scoreboard short_scoreboard wait math_pipe_throttle mio_throttle lg_throttle barrier \
+           not_selected selected dispatch_stall no_instruction branch_resolving; do
+    m+=",smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+  done
+  echo "$m"
+}
+
+summary=()
+for step in $STEPS; do
+  case $step in
+    tests)
+      models
+      DS4_TINY_MODELS=$MODELS "$BIN/test_cuda" >"$OUT/test_cuda.log" 2>&1
+      summary+=("test_cuda: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/test_cuda.log" | tr '\n' ' ')")
+      # TEST_AB: environment settings under which the CudaKernels tests run again (kernel variants)
+      for entry in ${TEST_AB:-}; do
+        with_env "$entry" env DS4_TINY_MODELS=$MODELS "$BIN/test_cuda" --gtest_filter='CudaKernels.*' \
+          >"$OUT/test_cuda.${entry//[^A-Za-z0-9_]/_}.log" 2>&1
+        summary+=("test_cuda CudaKernels.* with $entry: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' \
+          "$OUT/test_cuda.${entry//[^A-Za-z0-9_]/_}.log" | tr '\n' ' ')")
+      done
+      ;;
+    nano)
+      models
+      p="Tell me a short story about a lighthouse keeper."
+      "$BIN/ds4" -m "$MODELS/ds4-nano-q2.gguf" --nothink --temp 0 -n 96 -p "$p" --cuda >"$OUT/nano_gpu.txt" 2>"$OUT/nano_gpu.err"
+      "$BIN/ds4" -m "$MODELS/ds4-nano-q2.gguf" --nothink --temp 0 -n 96 -p "$p" --cpu >"$OUT/nano_cpu.txt" 2>"$OUT/nano_cpu.err"
+      if cmp -s "$OUT/nano_gpu.txt" "$OUT/nano_cpu.txt" && [ -s "$OUT/nano_gpu.txt" ]; then r=equal; else r=DIFFERENT; fi
+      summary+=("nano q2 greedy GPU vs CPU: $r")
+      ;;
+    decode|prefill|kprof)
+      for round in 1 2; do
+        for entry in $AB; do
+          tag="$step.$round.${entry//[^A-Za-z0-9_]/_}"
+          case $step in
+            decode) args=(--fill-state --ctx-start 2048 --ctx-max 32768 --step-mul 4 -n 32) ;;
+            prefill) args=(--ctx-start 2048 --ctx-max 8192 --step-mul 4 -n 4) ;;
+            kprof) args=(--kernel-profile --ctx-start 2048 --ctx-max 2048 -n 1) ;;
+          esac
+          with_env "$entry" "$BIN/ds4-bench" --cuda --synthetic flash-q2 "${args[@]}" \
+            --csv "$OUT/$tag.csv" >"$OUT/$tag.log" 2>&1
+          if [ "$step" = kprof ]; then
+            summary+=("$tag: $(grep -iE 'total' "$OUT/$tag.log" | tail -1)")
+          else
+            summary+=("$tag: $(awk -F, 'NR>1 {printf "%s: prefill %s decode %s; ", $1, $3, $5}' "$OUT/$tag.csv")")
+          fi
+        done
+        [ "$step" = kprof ] && break
+      done
+      ;;
+    ncu)  # KERNEL=regex (default the routed-expert matvecs): a few launches of a decode step
+      DS4_CUDA_GRAPH=0 DS4_CUDA_PDL=0 ncu --clock-control none -k "regex:${KERNEL:-rowslice}" -c "${NCU_COUNT:-4}" \
+        --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
+        --section LaunchStats --section SchedulerStats --metrics "$(stall_metrics)" \
+        "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state --ctx-start 2048 --ctx-max 2048 -n 1 \
+        >"$OUT/ncu.log" 2>&1
+      summary+=("ncu: $(grep -c . "$OUT/ncu.log") lines in ncu.log")
+      ;;
+    sprof)
+      DS4_CUDA_PROFILE=1 "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state --ctx-start 2048 --ctx-max 2048 \
+        -n 4 >"$OUT/sprof.log" 2>&1
+      summary+=("sprof: $(grep -c . "$OUT/sprof.log") lines in sprof.log")
+      ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
+  esac
+done
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+# The device tool returns at most 8 files: everything else travels in one archive.
+tar czf /tmp/ds4-logs.tar.gz -C "$OUT" --exclude=summary.txt . && find "$OUT" -type f ! -name summary.txt -delete &&
+  mv /tmp/ds4-logs.tar.gz "$OUT/logs.tar.gz"
