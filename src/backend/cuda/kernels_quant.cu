@@ -767,6 +767,8 @@ template <uint32_t T, int kG, int kJ4>
 __device__ __forceinline__ void rs_load(const uint8_t* row, int nblk, int j, int s, RsSlice<T, kG>& w) {
   if constexpr (T == kIQ2_XXS) {
     constexpr int B = Split<kIQ2_XXS>::kBulk;
+    // kG = 1: 8 bytes at a multiple of 8 (the loader's 16-byte case needs 4 words, so its
+    // alignment argument only has to be right modulo 8); kG = 2: 16 bytes at a multiple of 16.
     rs_ld_words<0, 2 * kG>(row + j * B + 8 * kG * s, w.q);
     w.d = __ldg(reinterpret_cast<const unsigned short*>(row + nblk * B) + j);
   } else if constexpr (T == kQ2_K) {
