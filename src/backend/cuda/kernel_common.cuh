@@ -55,10 +55,11 @@ void launch_k(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Arg
 }
 
 // Lets `kernel` launch with `bytes` of dynamic shared memory on the current device (an opt-in
-// above 48 KiB; per device, so it is set at every launch: cheap on the host, thread-safe for
-// expert-parallel ranks on several devices, and captured graphs keep the launch's size).
-void allow_dynamic_smem(const void* kernel, size_t bytes) {
-  if (bytes > 48 * 1024)
+// when they and its `static_bytes` pass 48 KiB; per device, so it is set at every launch: cheap
+// on the host, thread-safe for expert-parallel ranks on several devices, and captured graphs keep
+// the launch's size).
+void allow_dynamic_smem(const void* kernel, size_t bytes, size_t static_bytes = 0) {
+  if (bytes + static_bytes > 48 * 1024)
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }
 

@@ -1016,11 +1016,9 @@ bool launch_rowslice(const MatvecJobs& jobs, int n_jobs, int groups) {
     const dim3 grid(static_cast<unsigned>((rows + per_block - 1) / per_block), static_cast<unsigned>(groups),
                     static_cast<unsigned>(n_jobs));
     auto kernel = lanes == 4 ? matvec_rowslice_kernel<T, 4> : matvec_rowslice_kernel<T, 8>;
-    // The IQ2_XXS grid copies are 32 KiB of static shared memory: with the activation the block
-    // may pass the 48 KiB that needs no opt-in.
-    if constexpr (T == kIQ2_XXS)
-      cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(smem));
+    // Static: the IQ2_XXS grid copies (32 KiB), else one 8-byte word.
+    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem,
+                       sizeof(uint64_t) * (T == kIQ2_XXS ? 256 * kRsGridCopies : 1));
     launch_k(kernel, grid, kRsWarps * 32, smem, jobs);
     return true;
   }
