@@ -14,6 +14,8 @@
 #   kprof    ds4-bench --kernel-profile (per-matrix matvec rates), once per entry of $AB
 #   sprof    DS4_CUDA_PROFILE=1 decode step profile at 2K
 #   ncu      Nsight Compute of $KERNEL (regex, default "rowslice"), $NCU_COUNT launches (4)
+#   ktime    every decode kernel's duration at 2K (ncu, graph nodes one by one, serialised):
+#            per-kernel totals per step against the graph's step time (the launch gaps)
 # TEST_AB: settings under which the CudaKernels.* tests run again (same syntax as AB).
 # AB: space-separated environment settings to compare, "-" for none (default "-"); each entry's
 # variables are comma-separated, e.g. AB="- DS4_CUDA_MATVEC_ROWSLICE=0" runs each benchmark with
@@ -106,6 +108,18 @@ for step in $STEPS; do
         "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state --ctx-start 2048 --ctx-max 2048 -n 1 \
         >"$OUT/ncu.log" 2>&1
       summary+=("ncu: $(grep -c . "$OUT/ncu.log") lines in ncu.log")
+      ;;
+    ktime)  # one metric, no replay: each kernel of 3 decode steps timed alone (synthesis excluded)
+      ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
+        -k 'regex:^(?!synth)' "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state --ctx-start 2048 \
+        --ctx-max 2048 -n 2 >"$OUT/ktime.csv" 2>"$OUT/ktime.err"
+      # Fields: ..., "Kernel Name" (5), ..., "Metric Value" (15); steps = embed launches.
+      awk -F'","' '$13 == "gpu__time_duration.sum" {v = $15; gsub(/[",]/, "", v); n[$5]++; t[$5] += v; if ($5 ~ /embed/) steps++}
+        END {for (k in n) {printf "%10.1f us/step %7.1f calls/step %8.2f us/call  %s\n", t[k] / 1e3 / steps,
+             n[k] / steps, t[k] / 1e3 / n[k], k; tot += t[k]; cnt += n[k]}
+             printf "%10.1f us/step %7.1f calls/step (total, %d steps)\n", tot / 1e3 / steps, cnt / steps, steps}' \
+        "$OUT/ktime.csv" | sort -rn >"$OUT/ktime.txt"
+      summary+=("ktime: $(grep total "$OUT/ktime.txt")")
       ;;
     sprof)
       DS4_CUDA_PROFILE=1 "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state --ctx-start 2048 --ctx-max 2048 \
