@@ -109,9 +109,9 @@ for step in $STEPS; do
         >"$OUT/ncu.log" 2>&1
       summary+=("ncu: $(grep -c . "$OUT/ncu.log") lines in ncu.log")
       ;;
-    ktime)  # one metric, no replay: each kernel of 3 decode steps timed alone (synthesis excluded)
+    ktime)  # one metric, no replay: each kernel of 2 decode steps timed alone (weight generation and layout excluded)
       ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
-        -k 'regex:^(?!synth)' "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state --ctx-start 2048 \
+        -k 'regex:^(?!synth|split_rows)' "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state --ctx-start 2048 \
         --ctx-max 2048 -n 2 >"$OUT/ktime.csv" 2>"$OUT/ktime.err"
       # Fields: ..., "Kernel Name" (5), ..., "Metric Value" (15); steps = embed launches.
       awk -F'","' '$13 == "gpu__time_duration.sum" {v = $15; gsub(/[",]/, "", v); n[$5]++; t[$5] += v; if ($5 ~ /embed/) steps++}
