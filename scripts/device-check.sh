@@ -19,7 +19,9 @@
 # TEST_AB: settings under which the CudaKernels.* tests run again (same syntax as AB).
 # AB: space-separated environment settings to compare, "-" for none (default "-"); each entry's
 # variables are comma-separated, e.g. AB="- DS4_CUDA_MATVEC_ROWSLICE=0" runs each benchmark with
-# the defaults and with the row-slice kernel off, alternated twice.
+# the defaults and with the row-slice kernel off, alternated twice. An entry "@DIR" runs the
+# ds4-bench carried in DIR instead (another build: e.g. AB="- @.device/old" compares a branch's
+# binaries with main's; DIR's binary uses BIN_DIR's lib/).
 # Logs go to $OUT (the device tool's folder) or ./device-out.
 set -uo pipefail
 BIN=$(cd "$1" && pwd)
@@ -33,9 +35,13 @@ MODELS=$BIN/models
 VOCAB=$ROOT/models/deepseek-v3-tokenizer.json.zst
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 
-with_env() {  # with_env ENTRY CMD...: runs CMD with ENTRY's variables set
+with_env() {  # with_env ENTRY CMD...: runs CMD with ENTRY's variables set ("-" / "@DIR": none)
   local entry=$1; shift
-  if [ "$entry" = "-" ]; then "$@"; else env ${entry//,/ } "$@"; fi
+  case $entry in -|@*) "$@" ;; *) env ${entry//,/ } "$@" ;; esac
+}
+
+bench_of() {  # bench_of ENTRY: the ds4-bench an AB entry runs ("@DIR": DIR's, else BIN_DIR's)
+  case $1 in @*) echo "$(cd "${1#@}" && pwd)/ds4-bench" ;; *) echo "$BIN/ds4-bench" ;; esac
 }
 
 models() {
@@ -90,7 +96,7 @@ for step in $STEPS; do
             prefill) args=(--ctx-start 2048 --ctx-max 8192 --step-mul 4 -n 4) ;;
             kprof) args=(--kernel-profile --ctx-start 2048 --ctx-max 2048 -n 1) ;;
           esac
-          with_env "$entry" "$BIN/ds4-bench" --cuda --synthetic flash-q2 "${args[@]}" \
+          with_env "$entry" "$(bench_of "$entry")" --cuda --synthetic flash-q2 "${args[@]}" \
             --csv "$OUT/$tag.csv" >"$OUT/$tag.log" 2>&1
           if [ "$step" = kprof ]; then
             summary+=("$tag: $(grep -iE 'total' "$OUT/$tag.log" | tail -1)")
