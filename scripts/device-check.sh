@@ -3,10 +3,15 @@
 # and the flash-q2 synthetic benchmarks, from binaries built on the dev machine and carried over
 # (the device has no Debian packages: the shared libraries they link travel beside them).
 #
-#   scripts/device-check.sh BIN_DIR [STEPS]
+#   scripts/device-check.sh --stage BUILD_DIR BIN_DIR   (on the dev machine, before the call)
+#   scripts/device-check.sh BIN_DIR [STEPS]             (on the device)
 #
-# BIN_DIR holds ds4, ds4-bench, ds4-make-model, test_cuda and lib/ (the .so files `ldd` names
-# that the device lacks). STEPS (default "tests nano decode prefill") picks from:
+# --stage fills BIN_DIR from a CUDA build (e.g. `cmake -S . -B build90 -G Ninja
+# -DCMAKE_CUDA_ARCHITECTURES=90 && ninja -C build90 ds4 ds4-bench ds4-make-model test_cuda`):
+# the four binaries stripped, and in BIN_DIR/lib every shared library they link except the C and
+# C++ runtime the device has (libc, libm, libstdc++, libgcc_s, the loader). Carry BIN_DIR (a
+# gitignored folder such as .device/bin, ~25 MB) with the call. STEPS (default
+# "tests nano decode prefill") picks from:
 #   tests    test_cuda on the tiny models (generated here)
 #   nano     ds4-nano q2 greedy text, --cuda vs --cpu (must be equal)
 #   decode   decode tok/s at 2K / 8K / 32K (--fill-state), once per entry of $AB (see below)
@@ -16,7 +21,8 @@
 #   ncu      Nsight Compute of $KERNEL (regex, default "rowslice"), $NCU_COUNT launches (4)
 #   ktime    every decode kernel's duration at 2K (ncu, graph nodes one by one, serialised):
 #            per-kernel totals per step against the graph's step time (the launch gaps)
-# TEST_AB: settings under which the CudaKernels.* tests run again (same syntax as AB).
+# TEST_AB: environment settings under which the CudaKernels.* tests run again (as AB's, without
+# "@DIR" entries).
 # AB: space-separated environment settings to compare, "-" for none (default "-"); each entry's
 # variables are comma-separated, e.g. AB="- DS4_CUDA_MATVEC_ROWSLICE=0" runs each benchmark with
 # the defaults and with the row-slice kernel off, alternated twice. An entry "@DIR" runs the
@@ -24,6 +30,20 @@
 # binaries with main's; DIR's binary uses BIN_DIR's lib/).
 # Logs go to $OUT (the device tool's folder) or ./device-out.
 set -uo pipefail
+if [ "${1:-}" = --stage ]; then
+  [ $# -eq 3 ] && [ -d "$2" ] || { echo "usage: $0 --stage BUILD_DIR BIN_DIR" >&2; exit 2; }
+  mkdir -p "$3/lib" || exit 1
+  for b in ds4 ds4-bench ds4-make-model tests/cuda/test_cuda; do
+    [ -x "$2/$b" ] || { echo "$0: $2/$b is missing: build it first (see above)" >&2; exit 2; }
+    strip -o "$3/$(basename "$b")" "$2/$b" || exit 1
+    ldd "$2/$b" | awk '$3 ~ /^\// {print $3}' | grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s)\.so|/ld-linux' |
+      while read -r lib; do cp -L "$lib" "$3/lib/" || exit 1; done || exit 1
+  done
+  du -sh "$3"
+  exit 0
+fi
+[ -n "${1:-}" ] && [ -x "${1:-}/ds4-bench" ] ||
+  { echo "usage: $0 BIN_DIR [STEPS] (BIN_DIR: ds4-bench and the rest, from --stage)" >&2; exit 2; }
 BIN=$(cd "$1" && pwd)
 STEPS=${2:-tests nano decode prefill}
 AB=${AB:--}
