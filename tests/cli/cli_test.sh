@@ -9,17 +9,7 @@ ds4=$build/ds4
 model=$build/models/ds4-tiny-q2.gguf
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 export HOME=$tmp  # never touch the user's ~/.ds4_history
-pass=0; fail=0
-ok() { pass=$((pass+1)); }
-bad() { fail=$((fail+1)); echo "FAIL: $*"; }
-# expect RC PATTERN -- command...: exit code RC and combined output matching PATTERN (grep -E).
-expect() {
-  local rc=$1 pat=$2; shift 3
-  local out; out=$("$@" 2>&1); local got=$?
-  if [ "$got" -ne "$rc" ]; then bad "$* -> exit $got, expected $rc: ${out:0:300}"; return; fi
-  if ! grep -qE -- "$pat" <<<"$out"; then bad "$* -> output lacks /$pat/: ${out:0:300}"; return; fi
-  ok
-}
+source "$(dirname "$0")/expect.sh"
 
 expect 0 "--prompt-file" -- "$ds4" --help
 expect 2 "^ds4: The following argument was not expected: --nope" -- "$ds4" --nope

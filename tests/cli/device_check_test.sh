@@ -6,16 +6,7 @@ set -u
 src=$1; build=$2
 script=$src/scripts/device-check.sh
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-bad() { fail=$((fail+1)); echo "FAIL: $*"; }
-# expect RC PATTERN -- command...: exit code RC and combined output matching PATTERN (grep -E).
-expect() {
-  local rc=$1 pat=$2; shift 3
-  local out; out=$("$@" 2>&1); local got=$?
-  if [ "$got" -ne "$rc" ]; then bad "$* -> exit $got, expected $rc: ${out:0:300}"; return; fi
-  if ! grep -qE -- "$pat" <<<"$out"; then bad "$* -> output lacks /$pat/: ${out:0:300}"; return; fi
-  pass=$((pass+1))
-}
+source "$(dirname "$0")/expect.sh"
 
 expect 2 "^usage: .* BIN_DIR \[STEPS\]" -- bash "$script"
 expect 2 "^usage: .* BIN_DIR \[STEPS\]" -- bash "$script" "$tmp/nowhere"
