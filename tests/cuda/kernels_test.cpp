@@ -41,6 +41,14 @@ class CudaKernels : public ::testing::Test {
   }
 };
 
+// The first n elements of a device array, on the host.
+template <typename T>
+std::vector<T> download(const cuda::DeviceArray<T>& d, size_t n) {
+  std::vector<T> h(n);
+  d.download(h.data(), n);
+  return h;
+}
+
 // Top-k of n scores at the position whose ratio-4 row count is n, against the CPU selection.
 std::vector<uint32_t> gpu_top_k(const std::vector<float>& scores, int64_t k) {
   const int64_t n = static_cast<int64_t>(scores.size());
@@ -131,6 +139,54 @@ TEST_F(CudaKernels, HcNormMatvecEqualsNormThenVecDot) {
     std::vector<float> got(static_cast<size_t>(rows));
     dy.download(got.data(), got.size());
     EXPECT_EQ(got, want) << "type " << static_cast<int>(type);
+
+    // With hc_pre_weights as its last block's tail (x as 4 streams of 4096, the decode step's
+    // shape): the same mix, and the same pre / sub_in / h / quantized rows as a separate launch
+    // on that mix, twice in a row (the ticket is back at 0 after each launch).
+    const int nh = 4;
+    const int64_t d = cols / nh;
+    std::vector<float> nw(static_cast<size_t>(d)), base(static_cast<size_t>(rows), 0.1f);
+    for (float& v : nw) v = 1.0f + 0.1f * nd(rng);
+    const float scale = 0.5f;
+    cuda::DeviceArray<float> dsc(1), dbase(base.size()), dnw(nw.size());
+    dsc.upload(&scale, 1);
+    dbase.upload(base.data(), base.size());
+    dnw.upload(nw.data(), nw.size());
+    const size_t a0 = quant::act_row_bytes(quant::ActType::Q8_0, d), ak = quant::act_row_bytes(quant::ActType::Q8_K, d);
+    struct Outs {
+      cuda::DeviceArray<float> mix, pre, sub, h;
+      cuda::DeviceArray<uint8_t> q0, qk;
+    };
+    auto outs = [&] {
+      return Outs{cuda::DeviceArray<float>(static_cast<size_t>(rows)), cuda::DeviceArray<float>(nh),
+                  cuda::DeviceArray<float>(static_cast<size_t>(d)), cuda::DeviceArray<float>(static_cast<size_t>(d)),
+                  cuda::DeviceArray<uint8_t>(a0), cuda::DeviceArray<uint8_t>(ak)};
+    };
+    Outs sep = outs(), fused = outs();
+    ASSERT_TRUE(cuda::hc_norm_matvec(static_cast<uint32_t>(type), dw.get(), rb, rows, cols, dx.get(), model::kRmsEps,
+                                     sep.mix.get()));
+    cuda::hc_pre_weights(sep.mix.get(), dsc.get(), dbase.get(), nh, 1e-6f, dx.get(), d, sep.pre.get(), sep.sub.get(),
+                         dnw.get(), model::kRmsEps, sep.h.get(), 1, sep.q0.get(), sep.qk.get());
+    cuda::DeviceArray<unsigned> ticket(1);
+    cuda::HcPreArgs tail = cuda::hc_pre_args(dsc.get(), dbase.get(), nh, 1e-6f, dx.get(), d, fused.pre.get(),
+                                             fused.sub.get(), dnw.get(), model::kRmsEps, fused.h.get(),
+                                             fused.q0.get(), fused.qk.get());
+    tail.ticket = ticket.get();
+    for (int rep = 0; rep < 2; ++rep) {
+      SCOPED_TRACE("fused launch " + std::to_string(rep));
+      for (auto* a : {&fused.mix, &fused.pre, &fused.sub, &fused.h})
+        cuda::check(cudaMemset(a->get(), 0xff, a->size() * sizeof(float)), "memset");
+      ASSERT_TRUE(cuda::hc_norm_matvec(static_cast<uint32_t>(type), dw.get(), rb, rows, cols, dx.get(), model::kRmsEps,
+                                       fused.mix.get(), &tail));
+      cuda::check(cudaDeviceSynchronize(), "hc_norm_matvec with hc_pre tail");
+      EXPECT_EQ(download(fused.mix, static_cast<size_t>(rows)), want);
+      EXPECT_EQ(download(fused.pre, nh), download(sep.pre, nh));
+      EXPECT_EQ(download(fused.sub, static_cast<size_t>(d)), download(sep.sub, static_cast<size_t>(d)));
+      EXPECT_EQ(download(fused.h, static_cast<size_t>(d)), download(sep.h, static_cast<size_t>(d)));
+      EXPECT_EQ(download(fused.q0, a0), download(sep.q0, a0));
+      EXPECT_EQ(download(fused.qk, ak), download(sep.qk, ak));
+      EXPECT_EQ(download(ticket, 1), std::vector<unsigned>{0u});
+    }
   }
   // Types it does not handle are declined, not computed.
   EXPECT_FALSE(cuda::hc_norm_matvec(static_cast<uint32_t>(GgmlType::Q8_0), nullptr, 34, 1, 32, nullptr, 1e-6f, nullptr));
@@ -296,11 +352,6 @@ TEST_F(CudaKernels, FusedActivationQuantizationMatchesCpu) {
     std::vector<uint8_t> out(quant::act_row_bytes(t, static_cast<int64_t>(v.size())));
     quant::quantize_activation(t, v.data(), out.data(), static_cast<int64_t>(v.size()));
     return out;
-  };
-  auto download = [](const auto& d, size_t n) {
-    std::vector<std::remove_cv_t<std::remove_pointer_t<decltype(d.get())>>> h(n);
-    d.download(h.data(), n);
-    return h;
   };
   {  // rms_norm with a Q8_0 output (2 rows of 1024)
     const int64_t dim = 1024;

@@ -42,6 +42,8 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
     pprof_ = std::make_unique<PrefillProfile>();
   const char* g = std::getenv("DS4_CUDA_GRAPH");
   use_graphs_ = !(g && std::strcmp(g, "0") == 0);
+  const char* hf = std::getenv("DS4_CUDA_HC_FUSED");
+  hc_fused_ = !(hf && std::strcmp(hf, "0") == 0);
   if (StepProfile::requested()) {
     prof_ = std::make_unique<StepProfile>();
     use_graphs_ = false;
@@ -132,6 +134,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (c.n_embd % 32 == 0) h_q8_0_ = DeviceArray<uint8_t>(c.n_embd / 32 * 36);
   if (c.n_embd % 256 == 0) h_q8_k_ = DeviceArray<uint8_t>(c.n_embd / 256 * 292);
   tokens_ = DeviceArray<int32_t>(static_cast<size_t>(ctx));
+  hc_ticket_ = DeviceArray<unsigned>(1);  // zeroed; hc_pre's fused launches leave it at 0
   reset();
   // Streams and events last, released here if one cannot be made (the destructor will not run).
   cudaError_t st = cudaStreamCreate(&stream_);
@@ -312,20 +315,29 @@ void CudaForward::hc_norm_mv(const DevMatrix& fn, const float* x, float* out) {
 
 void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
                          const DeviceArray<float>& base, const DeviceArray<float>& norm) {
-  hc_norm_mv(fn, x_.get(), mix_.get());
-  mark("hc_pre norm+fn matvec");
+  const int nh = static_cast<int>(c_.n_hc);
+  HcPreArgs pre = hc_pre_args(scale.get(), base.get(), nh, c_.hc_eps, x_.get(), static_cast<int64_t>(c_.n_embd),
+                              pre_.get(), sub_in_.get(), norm.get(), c_.rms_eps, h_.get(), h_q8_0_.get(),
+                              h_q8_k_.get());
+  pre.ticket = hc_ticket_.get();
+  // The pre weights, the sublayer's input and its norm in the projection's last block, or
+  // (matrices hc_norm_matvec does not take, DS4_CUDA_HC_FUSED=0) in a launch of their own.
+  const bool fused = hc_fused_ && hc_norm_matvec(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x_.get(),
+                                                 c_.rms_eps, mix_.get(), &pre);
+  if (!fused) hc_norm_mv(fn, x_.get(), mix_.get());
+  mark(fused ? "hc_pre norm+fn matvec+weights" : "hc_pre norm+fn matvec");
   // The Sinkhorn iterations (post, comb) are only needed by this sublayer's hc_post: they run on
   // the side stream, beside the sublayer, and hc_post waits for them (join_sinkhorn).
   fork(side_, fork_);
   {
     StreamGuard side(side_);
-    hc_sinkhorn(mix_.get(), scale.get(), base.get(), static_cast<int>(c_.n_hc),
-                static_cast<int>(c_.hc_sinkhorn_iter), c_.hc_eps, post_.get(), comb_.get());
+    hc_sinkhorn(mix_.get(), scale.get(), base.get(), nh, static_cast<int>(c_.hc_sinkhorn_iter), c_.hc_eps,
+                post_.get(), comb_.get());
   }
   check(cudaEventRecord(join_, side_), "cudaEventRecord");
-  hc_pre_weights(mix_.get(), scale.get(), base.get(), static_cast<int>(c_.n_hc), c_.hc_eps, x_.get(),
-                 static_cast<int64_t>(c_.n_embd), pre_.get(), sub_in_.get(), norm.get(), c_.rms_eps, h_.get(), 1,
-                 h_q8_0_.get(), h_q8_k_.get());
+  if (fused) return;
+  hc_pre_weights(mix_.get(), scale.get(), base.get(), nh, c_.hc_eps, x_.get(), static_cast<int64_t>(c_.n_embd),
+                 pre_.get(), sub_in_.get(), norm.get(), c_.rms_eps, h_.get(), 1, h_q8_0_.get(), h_q8_k_.get());
   mark("hc_pre weights+sum+norm");
 }
 

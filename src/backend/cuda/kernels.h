@@ -176,6 +176,29 @@ void hc_pre_weights(const float* mix, const float* scale, const float* base, int
                     const float* x, int64_t d, float* pre, float* sub_in, const float* norm_w, float norm_eps,
                     float* h, int n_tok = 1, uint8_t* h_q8_0 = nullptr, uint8_t* h_q8_k = nullptr);
 
+/// hc_pre_weights' arguments for one token (hc_pre_args), so that hc_norm_matvec can run it in
+/// its last block. `ticket` (set by the caller) is a device counter that starts at 0 and that
+/// no other launch uses while this one runs; the launch leaves it at 0.
+struct HcPreArgs {
+  const float* scale = nullptr;
+  const float* base = nullptr;
+  int n_hc = 0;
+  float eps = 0.0f;
+  const float* x = nullptr;
+  int64_t d = 0;
+  float* pre = nullptr;
+  float* sub_in = nullptr;
+  const float* norm_w = nullptr;
+  float norm_eps = 0.0f;
+  float* h = nullptr;
+  uint8_t* h_q8_0 = nullptr;
+  uint8_t* h_q8_k = nullptr;
+  unsigned* ticket = nullptr;
+};
+HcPreArgs hc_pre_args(const float* scale, const float* base, int n_hc, float eps, const float* x, int64_t d,
+                      float* pre, float* sub_in, const float* norm_w, float norm_eps, float* h, uint8_t* h_q8_0,
+                      uint8_t* h_q8_k);
+
 /// The rest of model::hc_split_sinkhorn: post [n_hc] and the Sinkhorn-normalised comb
 /// [n_hc^2] from mix (one warp; only hc_post needs them, so it can run beside the sublayer).
 void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc, int iters, float eps,
@@ -184,9 +207,11 @@ void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_
 /// mix [rows] = W · rms_norm_unweighted(x [cols], eps) for an F32/F16/BF16 matrix (type, data
 /// w, row_bytes per row; model::hc_pre's norm + projection, the same values as rms_norm then
 /// matvec), one launch. Returns false (nothing launched) for other types, unaligned pointers or
-/// rows too long for shared memory; the caller then uses rms_norm + matvec.
+/// rows too long for shared memory; the caller then uses rms_norm + matvec. With `pre` (its
+/// ticket set), the launch's last block also runs hc_pre_weights on y (mix) with those arguments,
+/// the same values as a separate hc_pre_weights launch (one launch less per sublayer).
 bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
-                    const float* x, float eps, float* y);
+                    const float* x, float eps, float* y, const HcPreArgs* pre = nullptr);
 
 /// hc_norm_matvec of n_tok tokens (x [n_tok][cols] -> y [n_tok][rows]), bit-identical to n_tok
 /// single calls, in two launches: each token's rms scale into scales [n_tok] (device scratch),

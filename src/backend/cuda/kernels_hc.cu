@@ -60,25 +60,18 @@ __global__ void hc_sinkhorn_kernel(const float* mix, const float* scale, const f
 
 // The HC split's pre weights (threads t < n), then sub_in = sum_r pre[r] * x[r] and, with
 // norm_w, h = rms_norm(sub_in) * norm_w (the sublayer's attn_norm / ffn_norm, model::rms_norm):
-// everything the sublayer's first matvec waits for, without the Sinkhorn iterations.
-__global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, const float* scale, const float* base,
-                                                      int n, float eps, const float* x, int64_t d, float* pre,
-                                                      float* sub_in, const float* norm_w, float norm_eps, float* h,
-                                                      uint8_t* h_q8_0, uint8_t* h_q8_k) {
-  pdl_wait();
-  pdl_trigger();
-  mix += blockIdx.x * (2 * n + n * n);  // token blockIdx.x of a batch
-  x += blockIdx.x * n * d;
-  pre += blockIdx.x * n;
-  sub_in += blockIdx.x * d;
-  h += blockIdx.x * d;
-  if (h_q8_0) h_q8_0 += blockIdx.x * (d / 32) * sizeof(BQ8_0Act);
-  if (h_q8_k) h_q8_k += blockIdx.x * (d / 256) * sizeof(BQ8_K);
+// everything the sublayer's first matvec waits for, without the Sinkhorn iterations. One token,
+// the whole block (1024 threads: the norm's partial sums depend on the block size). `mix` is
+// read past L1: in hc_norm_matvec's last block it holds the other blocks' results.
+__device__ void hc_pre_block(const float* mix, const HcPreArgs& a) {
+  const int n = a.n_hc;
+  const int64_t d = a.d;
+  const float* x = a.x;
   __shared__ float s_pre[kMaxHc];
   const int t = threadIdx.x;
   if (t < n) {
-    const float z = mix[t] * scale[0] + base[t];
-    pre[t] = s_pre[t] = 1.0f / (1.0f + exp_f(-z)) + eps;
+    const float z = __ldcg(mix + t) * a.scale[0] + a.base[t];
+    a.pre[t] = s_pre[t] = 1.0f / (1.0f + exp_f(-z)) + a.eps;
   }
   __syncthreads();
   // sub_in and its norm. Up to kSumRegs values per thread stay in registers, their x and weight
@@ -89,14 +82,14 @@ __global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, const fl
     for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
       float o = 0.0f;
       for (int r = 0; r < n; ++r) o += x[r * d + i] * s_pre[r];
-      sub_in[i] = o;
+      a.sub_in[i] = o;
       acc += static_cast<double>(o) * o;
     }
-    if (!norm_w) return;  // uniform: the whole block returns
-    const float sc = block_rms_from_partial(acc, d, norm_eps);
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) h[i] = sub_in[i] * sc * norm_w[i];
+    if (!a.norm_w) return;  // uniform: the whole block returns
+    const float sc = block_rms_from_partial(acc, d, a.norm_eps);
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) a.h[i] = a.sub_in[i] * sc * a.norm_w[i];
     __syncthreads();
-    block_quantize_row(h, d, h_q8_0, h_q8_k);
+    block_quantize_row(a.h, d, a.h_q8_0, a.h_q8_k);
     return;
   }
   float xv[kSumRegs][kMaxHc], o[kSumRegs], wv[kSumRegs];
@@ -105,7 +98,7 @@ __global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, const fl
     const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
 #pragma unroll
     for (int r = 0; r < kMaxHc; ++r) xv[k][r] = i < d && r < n ? x[r * d + i] : 0.0f;
-    wv[k] = norm_w && i < d ? norm_w[i] : 0.0f;
+    wv[k] = a.norm_w && i < d ? a.norm_w[i] : 0.0f;
   }
 #pragma unroll
   for (int k = 0; k < kSumRegs; ++k) {
@@ -115,26 +108,43 @@ __global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, const fl
     for (int r = 0; r < kMaxHc; ++r)
       if (r < n) o[k] += xv[k][r] * s_pre[r];
     if (i < d) {
-      sub_in[i] = o[k];
+      a.sub_in[i] = o[k];
       acc += static_cast<double>(o[k]) * o[k];
     }
   }
-  if (!norm_w) return;  // uniform: the whole block returns
-  const float sc = block_rms_from_partial(acc, d, norm_eps);
+  if (!a.norm_w) return;  // uniform: the whole block returns
+  const float sc = block_rms_from_partial(acc, d, a.norm_eps);
 #pragma unroll
   for (int k = 0; k < kSumRegs; ++k) {
     const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
-    if (i < d) h[i] = o[k] * sc * wv[k];
+    if (i < d) a.h[i] = o[k] * sc * wv[k];
   }
   __syncthreads();
-  block_quantize_row(h, d, h_q8_0, h_q8_k);
+  block_quantize_row(a.h, d, a.h_q8_0, a.h_q8_k);
+}
+
+// hc_pre_block for token blockIdx.x of a batch.
+__global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, HcPreArgs a) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t tk = blockIdx.x, d = a.d;
+  mix += tk * (2 * a.n_hc + a.n_hc * a.n_hc);
+  a.x += tk * a.n_hc * d;
+  a.pre += tk * a.n_hc;
+  a.sub_in += tk * d;
+  a.h += tk * d;
+  if (a.h_q8_0) a.h_q8_0 += tk * (d / 32) * sizeof(BQ8_0Act);
+  if (a.h_q8_k) a.h_q8_k += tk * (d / 256) * sizeof(BQ8_K);
+  hc_pre_block(mix, a);
 }
 
 // HC projection with its input norm (rms_norm_unweighted then a float-matrix vec_dot), one block
 // per output row: the block stages x and the row in shared memory (cp.async), takes the f64 sum
 // of squares, forms every product w[i] * (x[i] * s), then lanes 0..15 of warp 0 add them in
 // quant::ref's 16 lane chains (element i into lane i mod 16) and its tree. 24-row HC matrices thereby cost one
-// launch and ~2 shared-memory passes instead of a norm launch and a 3-block matvec.
+// launch and ~2 shared-memory passes instead of a norm launch and a 3-block matvec. With
+// tail.ticket set, the last block to finish (last_block_done) runs hc_pre_block on y, so the
+// HC pre weights need no launch of their own.
 template <uint32_t kType>  // ggml type: F32 (0), F16 (1), BF16 (30)
 __device__ float load_float_w(const uint8_t* w, int64_t i) {
   if constexpr (kType == 0) return reinterpret_cast<const float*>(w)[i];
@@ -143,8 +153,8 @@ __device__ float load_float_w(const uint8_t* w, int64_t i) {
 }
 
 template <uint32_t kType>
-__global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_t cols, const float* x,
-                                      float eps, float* y) {
+__global__ void __launch_bounds__(1024) hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_t cols,
+                                                              const float* x, float eps, float* y, HcPreArgs tail) {
   pdl_wait();
   pdl_trigger();
   extern __shared__ __align__(16) uint8_t hc_smem[];
@@ -163,8 +173,7 @@ __global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_
   // the 16 lane chains below are sequential.
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) v[i] = load_float_w<kType>(wrow, i) * (v[i] * sc);
   __syncthreads();
-  if (threadIdx.x >= 32) return;
-  const int lane = threadIdx.x;
+  const int lane = threadIdx.x;  // warp 0 only below; the other warps wait at the ticket
   float a = 0.0f;
   if (lane < 16) {
     // Steps of 8 products per chain, the next step's loads issued before this step's adds so
@@ -186,8 +195,11 @@ __global__ void hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_
     }
     for (; i < cols; i += 16) a = a + v[i];
   }
-  for (int off = 8; off >= 1; off >>= 1) a = a + __shfl_down_sync(0xffffffffu, a, off);
-  if (lane == 0) y[blockIdx.x] = a;
+  if (threadIdx.x < 32) {
+    for (int off = 8; off >= 1; off >>= 1) a = a + __shfl_down_sync(0xffffffffu, a, off);
+    if (lane == 0) y[blockIdx.x] = a;
+  }
+  if (tail.ticket && last_block_done(tail.ticket, gridDim.x)) hc_pre_block(y, tail);  // uniform
 }
 
 // The batched form of hc_norm_matvec_kernel, in two launches. hc_row_scale_kernel: one
@@ -305,10 +317,16 @@ __global__ void hc_output_kernel(const float* logits, const float* scale, const 
 void hc_pre_weights(const float* mix, const float* scale, const float* base, int n_hc, float eps,
                     const float* x, int64_t d, float* pre, float* sub_in, const float* norm_w, float norm_eps,
                     float* h, int n_tok, uint8_t* h_q8_0, uint8_t* h_q8_k) {
+  const HcPreArgs a = hc_pre_args(scale, base, n_hc, eps, x, d, pre, sub_in, norm_w, norm_eps, h, h_q8_0, h_q8_k);
+  launch_k(hc_pre_kernel, static_cast<unsigned>(n_tok), 1024, 0, mix, a);
+}
+
+HcPreArgs hc_pre_args(const float* scale, const float* base, int n_hc, float eps, const float* x, int64_t d,
+                      float* pre, float* sub_in, const float* norm_w, float norm_eps, float* h, uint8_t* h_q8_0,
+                      uint8_t* h_q8_k) {
   if (!norm_w || d % 32 != 0) h_q8_0 = nullptr;
   if (!norm_w || d % 256 != 0) h_q8_k = nullptr;
-  launch_k(hc_pre_kernel, static_cast<unsigned>(n_tok), 1024, 0, mix, scale, base, n_hc, eps, x, d, pre, sub_in,
-           norm_w, norm_eps, h, h_q8_0, h_q8_k);
+  return {scale, base, n_hc, eps, x, d, pre, sub_in, norm_w, norm_eps, h, h_q8_0, h_q8_k, nullptr};
 }
 
 void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc, int iters, float eps,
@@ -326,17 +344,19 @@ bool hc_norm_matvec_fits(uint32_t type, size_t row_bytes, int64_t rows, int64_t 
 }  // namespace
 
 bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
-                    const float* x, float eps, float* y) {
+                    const float* x, float eps, float* y, const HcPreArgs* pre) {
   const size_t smem = static_cast<size_t>(cols) * 4 + row_bytes;
+  if (pre && !pre->ticket) return false;  // the tail needs its ticket
   if (!hc_norm_matvec_fits(type, row_bytes, rows, cols, w, x, smem)) return false;
   const void* k = type == 0   ? reinterpret_cast<const void*>(hc_norm_matvec_kernel<0>)
                   : type == 1 ? reinterpret_cast<const void*>(hc_norm_matvec_kernel<1>)
                               : reinterpret_cast<const void*>(hc_norm_matvec_kernel<30>);
   allow_dynamic_smem(k, smem);
   const auto grid = static_cast<unsigned>(rows);
-  if (type == 0) launch_k(hc_norm_matvec_kernel<0>, grid, 1024, smem, w, row_bytes, cols, x, eps, y);
-  else if (type == 1) launch_k(hc_norm_matvec_kernel<1>, grid, 1024, smem, w, row_bytes, cols, x, eps, y);
-  else launch_k(hc_norm_matvec_kernel<30>, grid, 1024, smem, w, row_bytes, cols, x, eps, y);
+  const HcPreArgs tail = pre ? *pre : HcPreArgs{};
+  if (type == 0) launch_k(hc_norm_matvec_kernel<0>, grid, 1024, smem, w, row_bytes, cols, x, eps, y, tail);
+  else if (type == 1) launch_k(hc_norm_matvec_kernel<1>, grid, 1024, smem, w, row_bytes, cols, x, eps, y, tail);
+  else launch_k(hc_norm_matvec_kernel<30>, grid, 1024, smem, w, row_bytes, cols, x, eps, y, tail);
   return true;
 }
 

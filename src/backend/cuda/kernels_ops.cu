@@ -112,17 +112,21 @@ __device__ float softplus(float z) {
 }
 
 // model::router_select_top_k keeps the first k of a stable sort by `beats` (higher score, NaN
-// last, earlier expert first on ties), i.e. k rounds of "best remaining expert". Each round is
-// one block-wide arg-best (per-thread scan, warp shuffles, then the warps' winners in warp
-// order); the probabilities, scores and taken flags live in shared memory (2n floats + n bytes).
-__device__ bool router_beats(float a, float b) { return a > b || (isnan(b) && !isnan(a)); }
-// Expert (sa, ia) is taken before expert (sb, ib); ib < 0 is "none yet".
-__device__ bool router_before(float sa, int ia, float sb, int ib) {
-  if (ia < 0) return false;
-  if (ib < 0) return true;
-  return router_beats(sa, sb) || (!router_beats(sb, sa) && ia < ib);
+// last, earlier expert first on ties): a strict total order, so expert e is selected in place
+// rank(e) = #{experts before e} when that rank is below k. router_key turns the order into one
+// 64-bit comparison: the score's bits made monotonic (-0 as +0, NaN below every number), then
+// the inverted expert id, so that on equal scores the earlier expert has the larger key.
+__device__ uint64_t router_key(float s, int e) {
+  uint32_t u = __float_as_uint(s == 0.0f ? 0.0f : s);
+  u = isnan(s) ? 0u : (u & 0x80000000u) ? ~u : u | 0x80000000u;
+  return (static_cast<uint64_t>(u) << 32) | (0xffffffffu - static_cast<uint32_t>(e));
 }
 
+// Routing for one token per block (model::route): probabilities sqrt(softplus(logit)), the
+// selection (hash table, or each expert's rank by its biased score counted against every other
+// expert's key, a scan the warp leaves once all its lanes are past k), then thread 0's
+// weights in selection order and the stable insertion sort by expert id, from shared memory.
+// Shared memory: n keys (u64), n probabilities, k selected ids, k slots in expert-id order.
 __global__ void router_kernel(const float* logits, int n, const float* bias, const int32_t* tid2eid,
                               const int32_t* tokens, const int64_t* pos, int k, float scale, float* p_out,
                               int32_t* sel, float* weights, int32_t* order) {
@@ -134,77 +138,52 @@ __global__ void router_kernel(const float* logits, int n, const float* bias, con
   sel += blockIdx.x * k;
   weights += blockIdx.x * k;
   order += blockIdx.x * k;
-  extern __shared__ float router_smem[];
-  __shared__ float w_s[32];
-  __shared__ int w_i[32];
-  float* p = router_smem;
-  float* biased = router_smem + n;
-  auto* taken = reinterpret_cast<unsigned char*>(router_smem + 2 * n);
+  extern __shared__ uint64_t router_smem[];
+  uint64_t* key = router_smem;
+  float* p = reinterpret_cast<float*>(router_smem + n);
+  int* sel_s = reinterpret_cast<int*>(p + n);
+  if (tid2eid) {  // the hash table's ids, loaded while the probabilities are computed
+    for (int i = threadIdx.x; i < k; i += blockDim.x) sel_s[i] = tid2eid[static_cast<int64_t>(tokens[*pos]) * k + i];
+  }
   for (int e = threadIdx.x; e < n; e += blockDim.x) {
-    p[e] = sqrtf(softplus(logits[e]));
-    p_out[e] = p[e];
-    biased[e] = bias ? p[e] + bias[e] : p[e];
-    taken[e] = 0;
+    const float pe = sqrtf(softplus(logits[e]));
+    p[e] = pe;
+    p_out[e] = pe;
+    key[e] = router_key(bias ? pe + bias[e] : pe, e);
   }
   __syncthreads();
-  if (tid2eid) {
-    if (threadIdx.x == 0) {
-      const int64_t token = tokens[*pos];
-      for (int i = 0; i < k; ++i) sel[i] = tid2eid[token * k + i];
+  if (!tid2eid) {
+    for (int e0 = threadIdx.x - (threadIdx.x & 31); e0 < n; e0 += blockDim.x) {  // warp-uniform
+      const int e = e0 + (threadIdx.x & 31);
+      const uint64_t ke = e < n ? key[e] : ~uint64_t{0};  // past n: rank 0 from the start, never stored
+      int rank = 0;
+      for (int j0 = 0; j0 < n; j0 += 32) {
+        const int j1 = j0 + 32 < n ? j0 + 32 : n;
+        for (int j = j0; j < j1; ++j) rank += key[j] > ke;
+        if (__all_sync(0xffffffffu, e >= n || rank >= k)) break;
+      }
+      if (e < n && rank < k) sel_s[rank] = e;
     }
-  } else {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    for (int round = 0; round < k; ++round) {
-      float bs = 0.0f;
-      int bi = -1;
-      for (int e = threadIdx.x; e < n; e += blockDim.x)
-        if (!taken[e] && router_before(biased[e], e, bs, bi)) {
-          bs = biased[e];
-          bi = e;
-        }
-      for (int off = 16; off >= 1; off >>= 1) {
-        const float os = __shfl_xor_sync(0xffffffffu, bs, off);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, off);
-        if (router_before(os, oi, bs, bi)) {
-          bs = os;
-          bi = oi;
-        }
-      }
-      if (lane == 0) {
-        w_s[warp] = bs;
-        w_i[warp] = bi;
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        float best_s = w_s[0];
-        int best_i = w_i[0];
-        for (int w = 1; w < warps; ++w)
-          if (router_before(w_s[w], w_i[w], best_s, best_i)) {
-            best_s = w_s[w];
-            best_i = w_i[w];
-          }
-        sel[round] = best_i;
-        taken[best_i] = 1;
-      }
-      __syncthreads();
-    }
+    __syncthreads();
   }
-  __syncthreads();
   if (threadIdx.x != 0) return;
   float sum = 0.0f;
-  for (int i = 0; i < k; ++i) {
-    weights[i] = p[sel[i]];
-    sum += weights[i];
-  }
+  for (int i = 0; i < k; ++i) sum += p[sel_s[i]];
   if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
-  for (int i = 0; i < k; ++i) weights[i] = weights[i] / sum * scale;
-  for (int i = 0; i < k; ++i) order[i] = i;  // stable insertion sort by expert id
+  for (int i = 0; i < k; ++i) {
+    sel[i] = sel_s[i];
+    weights[i] = p[sel_s[i]] / sum * scale;
+  }
+  // Stable insertion sort of the slots by expert id (the combine's order), in shared memory.
+  int* ord = sel_s + k;
+  for (int i = 0; i < k; ++i) ord[i] = i;
   for (int i = 1; i < k; ++i)
-    for (int j = i; j > 0 && sel[order[j - 1]] > sel[order[j]]; --j) {
-      const int32_t t = order[j];
-      order[j] = order[j - 1];
-      order[j - 1] = t;
+    for (int j = i; j > 0 && sel_s[ord[j - 1]] > sel_s[ord[j]]; --j) {
+      const int t = ord[j];
+      ord[j] = ord[j - 1];
+      ord[j - 1] = t;
     }
+  for (int i = 0; i < k; ++i) order[i] = ord[i];
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int groups, int64_t n,
@@ -290,7 +269,9 @@ void embed(const uint8_t* table, uint32_t type, size_t row_bytes, const int32_t*
 void router(const float* logits, int n_expert, const float* bias, const int32_t* tid2eid,
             const int32_t* tokens, const int64_t* pos, int n_used, float scale, float* probs,
             int32_t* sel, float* weights, int32_t* order, int n_tok) {
-  launch_k(router_kernel, static_cast<unsigned>(n_tok), kThreads, 2 * n_expert * sizeof(float) + n_expert, 
+  const size_t smem = n_expert * (sizeof(uint64_t) + sizeof(float)) + 2 * n_used * sizeof(int32_t);
+  allow_dynamic_smem(reinterpret_cast<const void*>(router_kernel), smem);  // > 48 KiB past ~4000 experts
+  launch_k(router_kernel, static_cast<unsigned>(n_tok), kThreads, smem,
       logits, n_expert, bias, tid2eid, tokens, pos, n_used, scale, probs, sel, weights, order);
 }
 
