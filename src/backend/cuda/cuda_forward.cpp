@@ -336,8 +336,7 @@ void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
   }
   check(cudaEventRecord(join_, side_), "cudaEventRecord");
   if (fused) return;
-  hc_pre_weights(mix_.get(), scale.get(), base.get(), nh, c_.hc_eps, x_.get(), static_cast<int64_t>(c_.n_embd),
-                 pre_.get(), sub_in_.get(), norm.get(), c_.rms_eps, h_.get(), 1, h_q8_0_.get(), h_q8_k_.get());
+  hc_pre_weights(mix_.get(), pre);
   mark("hc_pre weights+sum+norm");
 }
 

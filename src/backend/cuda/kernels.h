@@ -198,6 +198,8 @@ struct HcPreArgs {
 HcPreArgs hc_pre_args(const float* scale, const float* base, int n_hc, float eps, const float* x, int64_t d,
                       float* pre, float* sub_in, const float* norm_w, float norm_eps, float* h, uint8_t* h_q8_0,
                       uint8_t* h_q8_k);
+/// hc_pre_weights with its arguments from hc_pre_args (the ticket is not used).
+void hc_pre_weights(const float* mix, const HcPreArgs& a, int n_tok = 1);
 
 /// The rest of model::hc_split_sinkhorn: post [n_hc] and the Sinkhorn-normalised comb
 /// [n_hc^2] from mix (one warp; only hc_post needs them, so it can run beside the sublayer).
