@@ -17,7 +17,7 @@
 #   decode   decode tok/s at 2K / 8K / 32K (--fill-state), once per entry of $AB (see below)
 #   prefill  prefill tok/s at 2K / 8K, once per entry of $AB
 #   kprof    ds4-bench --kernel-profile (per-matrix matvec rates), once per entry of $AB
-#   sprof    DS4_CUDA_PROFILE=1 decode step profile at 2K
+#   sprof    DS4_CUDA_PROFILE=1 decode step profile at 2K, once per entry of $AB
 #   ncu      Nsight Compute of $KERNEL (regex, default "rowslice"), $NCU_COUNT launches (4)
 #   ktime    every decode kernel's duration at 2K (ncu, graph nodes one by one, serialised):
 #            per-kernel totals per step against the graph's step time (the launch gaps)
@@ -27,7 +27,10 @@
 # variables are comma-separated, e.g. AB="- DS4_CUDA_MATVEC_ROWSLICE=0" runs each benchmark with
 # the defaults and with the row-slice kernel off, alternated twice. An entry "@DIR" runs the
 # ds4-bench carried in DIR instead (another build: e.g. AB="- @.device/old" compares a branch's
-# binaries with main's; DIR's binary uses BIN_DIR's lib/).
+# binaries with main's; DIR's binary uses BIN_DIR's lib/), "@DIR,VAR=value,..." with those
+# variables set.
+# ROUNDS: how many times decode / prefill alternate the entries (default 2).
+# DECODE_CTX_MAX: the decode step's largest context (default 32768; 2048: the 2K run only).
 # Logs go to $OUT (the device tool's folder) or ./device-out.
 set -uo pipefail
 if [ "${1:-}" = --stage ]; then
@@ -47,6 +50,12 @@ fi
 BIN=$(cd "$1" && pwd)
 STEPS=${2:-tests nano decode prefill}
 AB=${AB:--}
+for entry in $AB; do  # every "@DIR" must hold a ds4-bench before any step runs
+  if [[ $entry == @* ]]; then
+    dir=${entry#@}; dir=${dir%%,*}
+    [ -x "$dir/ds4-bench" ] || { echo "$0: AB entry $entry: $dir/ds4-bench is missing" >&2; exit 2; }
+  fi
+done
 OUT=${OUT:-$PWD/device-out}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
@@ -57,11 +66,18 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee
 
 with_env() {  # with_env ENTRY CMD...: runs CMD with ENTRY's variables set ("-" / "@DIR": none)
   local entry=$1; shift
-  case $entry in -|@*) "$@" ;; *) env ${entry//,/ } "$@" ;; esac
+  case $entry in
+    -|@*) [[ $entry == @*,* ]] && entry=${entry#*,} || { "$@"; return; } ;;
+  esac
+  env ${entry//,/ } "$@"
 }
 
-bench_of() {  # bench_of ENTRY: the ds4-bench an AB entry runs ("@DIR": DIR's, else BIN_DIR's)
-  case $1 in @*) echo "$(cd "${1#@}" && pwd)/ds4-bench" ;; *) echo "$BIN/ds4-bench" ;; esac
+bench_of() {  # bench_of ENTRY: the ds4-bench an AB entry runs ("@DIR[,...]": DIR's, else BIN_DIR's)
+  local dir
+  case $1 in
+    @*) dir=${1#@}; dir=${dir%%,*}; echo "$(cd "$dir" && pwd)/ds4-bench" ;;
+    *) echo "$BIN/ds4-bench" ;;
+  esac
 }
 
 models() {
@@ -108,11 +124,11 @@ for step in $STEPS; do
       summary+=("nano q2 greedy GPU vs CPU: $r")
       ;;
     decode|prefill|kprof)
-      for round in 1 2; do
+      for round in $(seq "${ROUNDS:-2}"); do
         for entry in $AB; do
           tag="$step.$round.${entry//[^A-Za-z0-9_]/_}"
           case $step in
-            decode) args=(--fill-state --ctx-start 2048 --ctx-max 32768 --step-mul 4 -n 32) ;;
+            decode) args=(--fill-state --ctx-start 2048 --ctx-max "${DECODE_CTX_MAX:-32768}" --step-mul 4 -n 32) ;;
             prefill) args=(--ctx-start 2048 --ctx-max 8192 --step-mul 4 -n 4) ;;
             kprof) args=(--kernel-profile --ctx-start 2048 --ctx-max 2048 -n 1) ;;
           esac
@@ -147,10 +163,13 @@ for step in $STEPS; do
         "$OUT/ktime.csv" | sort -rn >"$OUT/ktime.txt"
       summary+=("ktime: $(grep total "$OUT/ktime.txt")")
       ;;
-    sprof)
-      DS4_CUDA_PROFILE=1 "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state --ctx-start 2048 --ctx-max 2048 \
-        -n 4 >"$OUT/sprof.log" 2>&1
-      summary+=("sprof: $(grep -c . "$OUT/sprof.log") lines in sprof.log")
+    sprof)  # once per entry of $AB; the summary keeps the routed experts' lines
+      for entry in $AB; do
+        tag="sprof.${entry//[^A-Za-z0-9_]/_}"
+        with_env "$entry" env DS4_CUDA_PROFILE=1 "$(bench_of "$entry")" --cuda --synthetic flash-q2 --fill-state \
+          --ctx-start 2048 --ctx-max 2048 -n 4 >"$OUT/$tag.log" 2>&1
+        summary+=("$tag: $(grep -E '_exps|step profile' "$OUT/$tag.log" | tr -s ' ' | tr '\n' ';')")
+      done
       ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac

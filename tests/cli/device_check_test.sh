@@ -25,6 +25,32 @@ if [ -x "$build/tests/cuda/test_cuda" ]; then  # a CUDA build: stage it for real
   ls "$tmp/staged/lib" | grep -qE '^(libc|libm|libstdc\+\+|libgcc_s)\.so' && bad "--stage carried the C/C++ runtime"
   # A staged folder is a valid BIN_DIR: an unknown step is its error, after the usage check.
   expect 2 "unknown step nosuchstep" -- env OUT="$tmp/out" bash "$script" "$tmp/staged" nosuchstep
+  # An AB entry naming a folder without ds4-bench is refused before any step (with or without
+  # variables after it); one that holds it passes to the step check.
+  expect 2 "AB entry @$tmp/nowhere,X=1: $tmp/nowhere/ds4-bench is missing" -- \
+    env OUT="$tmp/out" AB="- @$tmp/nowhere,X=1" bash "$script" "$tmp/staged" decode
+  expect 2 "AB entry @$tmp/empty: $tmp/empty/ds4-bench is missing" -- \
+    env OUT="$tmp/out" AB="@$tmp/empty" bash "$script" "$tmp/staged" decode
+  expect 2 "unknown step nosuchstep" -- \
+    env OUT="$tmp/out" AB="- @$tmp/staged,DS4_CUDA_GRAPH=0" bash "$script" "$tmp/staged" nosuchstep
 fi
+# The decode step's AB entries, with stand-in ds4-bench scripts (no GPU): each entry runs its
+# folder's binary with its variables, twice, and DECODE_CTX_MAX reaches the command line.
+for d in fa fb; do
+  mkdir -p "$tmp/$d"
+  printf '#!/bin/sh\necho "%s X=${X:-} Y=${Y:-} $*"\nprintf "ctx,a,p,b,d\\n2048,0,1,0,%s\\n" >"$(echo "$*" | sed "s/.*--csv //")"\n' \
+    "$d" "$d" >"$tmp/$d/ds4-bench"
+  chmod +x "$tmp/$d/ds4-bench"
+done
+(cd "$tmp" && env OUT="$tmp/fo" DECODE_CTX_MAX=2048 AB="- X=1,Y=2 @fb @fb,Y=3" bash "$script" fa decode) >/dev/null 2>&1
+tar xzf "$tmp/fo/logs.tar.gz" -C "$tmp/fo" 2>/dev/null || bad "decode step left no logs.tar.gz"
+for want in "_:fa X= Y= " "X_1_Y_2:fa X=1 Y=2 " "_fb:fb X= Y= " "_fb_Y_3:fb X= Y=3 "; do
+  for round in 1 2; do
+    f=$tmp/fo/decode.$round.${want%%:*}.log
+    grep -q -- "^${want#*:}.*--ctx-max 2048 " "$f" 2>/dev/null || bad "decode entry $f: $(cat "$f" 2>&1)"
+  done
+done
+grep -q "^decode.2._fb_Y_3: 2048: prefill 1 decode fb; " "$tmp/fo/summary.txt" ||
+  bad "summary lacks the @DIR,VAR entry: $(cat "$tmp/fo/summary.txt")"
 echo "device-check script: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -903,8 +903,18 @@ size_t rs_smem_bytes(int64_t nblk) {
   return static_cast<size_t>(nblk) * (RsLanes<kL>::kValBytes + (RsFmt<T>::kBsums ? 32 : 0) + 4);
 }
 
-template <uint32_t T, int kL>
-__global__ void __launch_bounds__(kRsWarps * 32) matvec_rowslice_kernel(MatvecJobs jobs) {
+// Blocks per SM the row-slice kernel is compiled for (a register cap: ptxas's own choice moved
+// by up to 17 registers with unrelated code changes, and Q2_K at 92 fit 2 blocks, not 3): the
+// occupancy each variant had as first measured (perf-notes session 11; IQ2_XXS two rows: 3).
+constexpr int rs_min_blocks(uint32_t T, int kL, int kR) {
+  return T == kIQ2_XXS ? (kR == 2 ? (kL == 8 ? 3 : 2) : kL == 8 ? 5 : 4) : kR == 2 ? 1 : 3;
+}
+
+// Block x of job z, group y: rows r0 + k kRows + (warp's rows) for k < kR (kR rows per lane
+// slice, kRows = the block's row slots), each row's blocks loaded kAhead ahead and summed as for
+// kR = 1 (the same value per row); the kR rows of a lane share every activation load.
+template <uint32_t T, int kL, int kR>
+__global__ void __launch_bounds__(kRsWarps * 32, rs_min_blocks(T, kL, kR)) matvec_rowslice_kernel(MatvecJobs jobs) {
   pdl_trigger();
   extern __shared__ __align__(16) uint8_t rsm[];
   __shared__ uint64_t grid[T == kIQ2_XXS ? 256 * kRsGridCopies : 1];
@@ -912,27 +922,36 @@ __global__ void __launch_bounds__(kRsWarps * 32) matvec_rowslice_kernel(MatvecJo
   constexpr int kRows = kRsWarps * Ln::kRows, kG = Ln::kG;
   constexpr int kAhead = RsFmt<T>::kAhead;
   const MatvecArgs a = blockIdx.z ? jobs.job[1] : jobs.job[0];
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRows * kR;
   if (r0 >= a.n_rows) return;  // uniform: the other job of a pair has more rows
   const int lane = threadIdx.x & 31, s = lane % kL;
-  const int64_t r = r0 + (threadIdx.x / 32) * Ln::kRows + lane / kL;
-  const bool on = r < a.n_rows;
+  const int64_t rl = r0 + (threadIdx.x / 32) * Ln::kRows + lane / kL;  // row k: rl + k * kRows
   const int g = blockIdx.y;
   const int nblk = static_cast<int>(a.cols / 256);
+  bool on[kR];
+#pragma unroll
+  for (int k = 0; k < kR; ++k) on[k] = rl + k * kRows < a.n_rows;
   const bool early = a.ids == nullptr;  // weights are constant: fetched before the PDL wait
   if (!early) pdl_wait();
   if (a.ids && a.ids[g] < 0) {  // a group this device does not hold (expert parallelism): zeros
-    if (on && s == 0) a.y[g * a.y_stride + r] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kR; ++k)
+      if (on[k] && s == 0) a.y[g * a.y_stride + rl + k * kRows] = 0.0f;
     return;
   }
   const int64_t base = a.row0 + static_cast<int64_t>(a.ids ? a.ids[g] : g) * a.group_rows;
-  const uint8_t* row = a.w + static_cast<size_t>(base + (on ? r : 0)) * a.row_bytes;
+  const uint8_t* row[kR];
+#pragma unroll
+  for (int k = 0; k < kR; ++k) row[k] = a.w + static_cast<size_t>(base + (on[k] ? rl + k * kRows : 0)) * a.row_bytes;
   static_assert(T != kQ2_K || kAhead % 4 == 0, "Q2_K steps need j mod 4 as a constant");
-  RsSlice<T, kG> buf[kAhead];
+  RsSlice<T, kG> buf[kAhead][kR];
   rs_static_for<kAhead>([&](auto kc) {
     constexpr int K = decltype(kc)::value;
-    buf[K] = RsSlice<T, kG>{};
-    if (on && K < nblk) rs_load<T, kG, K % 4>(row, nblk, K, s, buf[K]);
+#pragma unroll
+    for (int k = 0; k < kR; ++k) {
+      buf[K][k] = RsSlice<T, kG>{};
+      if (on[k] && K < nblk) rs_load<T, kG, K % 4>(row[k], nblk, K, s, buf[K][k]);
+    }
   });
   if (early) pdl_wait();
   if constexpr (T == kIQ2_XXS) {  // one load per entry, then its copies (not a load per copy)
@@ -960,26 +979,40 @@ __global__ void __launch_bounds__(kRsWarps * 32) matvec_rowslice_kernel(MatvecJo
   }
   cp_async_wait();
   __syncthreads();
-  float acc = 0.0f;
+  float acc[kR];
+#pragma unroll
+  for (int k = 0; k < kR; ++k) acc[k] = 0.0f;
   const uint64_t* my_grid = grid + (lane % kRsGridCopies);
   for (int j0 = 0; j0 < nblk; j0 += kAhead) {
     rs_static_for<kAhead>([&](auto kc) {  // step j = j0 + K (j0 a multiple of kAhead)
       constexpr int K = decltype(kc)::value;
       const int j = j0 + K;
       if (j >= nblk) return;  // uniform across the block
-      const RsSlice<T, kG> cur = buf[K];
-      if (on && j + kAhead < nblk) rs_load<T, kG, K % 4>(row, nblk, j + kAhead, s, buf[K]);
-      int isum, summs;
-      rs_dots<T, kG>(cur, xq + j * Ln::kValBytes + s * Ln::kSeg, xb + j * 32 + 4 * kG * s, s, my_grid, isum, summs);
+      RsSlice<T, kG> cur[kR];
 #pragma unroll
-      for (int off = 1; off < kL; off <<= 1) {
-        isum += __shfl_xor_sync(kFull, isum, off);
-        if constexpr (RsFmt<T>::kBsums) summs += __shfl_xor_sync(kFull, summs, off);
+      for (int k = 0; k < kR; ++k) {
+        cur[k] = buf[K][k];
+        if (on[k] && j + kAhead < nblk) rs_load<T, kG, K % 4>(row[k], nblk, j + kAhead, s, buf[K][k]);
       }
-      acc = acc + rs_value<T, kG>(cur, xd[j], isum, summs);
+      int isum[kR], summs[kR];
+#pragma unroll
+      for (int k = 0; k < kR; ++k)  // the same activation loads for each row (no store between)
+        rs_dots<T, kG>(cur[k], xq + j * Ln::kValBytes + s * Ln::kSeg, xb + j * 32 + 4 * kG * s, s, my_grid, isum[k],
+                       summs[k]);
+#pragma unroll
+      for (int k = 0; k < kR; ++k) {
+#pragma unroll
+        for (int off = 1; off < kL; off <<= 1) {
+          isum[k] += __shfl_xor_sync(kFull, isum[k], off);
+          if constexpr (RsFmt<T>::kBsums) summs[k] += __shfl_xor_sync(kFull, summs[k], off);
+        }
+        acc[k] = acc[k] + rs_value<T, kG>(cur[k], xd[j], isum[k], summs[k]);
+      }
     });
   }
-  if (on && s == 0) a.y[g * a.y_stride + r] = T == kIQ2_XXS ? 0.125f * acc : acc;
+#pragma unroll
+  for (int k = 0; k < kR; ++k)
+    if (on[k] && s == 0) a.y[g * a.y_stride + rl + k * kRows] = T == kIQ2_XXS ? 0.125f * acc[k] : acc[k];
 }
 
 // Lanes per row of format T: DS4_CUDA_MATVEC_ROWSLICE=4 / =8 for every format, =0 for none (the
@@ -992,6 +1025,31 @@ int rowslice_lanes() {
     return v == nullptr ? -1 : v[0] == '0' ? 0 : v[0] == '4' ? 4 : v[0] == '8' ? 8 : -1;
   }();
   return env >= 0 ? env : T == kIQ2_XXS ? 8 : 4;
+}
+
+// Rows per lane slice of format T: DS4_CUDA_ROWSLICE_ROWS=1 / =2 for every format; by default 2
+// for IQ2_XXS (the gate/up pair of 6 experts in one wave: 384 blocks, not 768 at 5 per SM), 1
+// for the K-quants (register-bound: Q2_K's 75 registers would leave 2 blocks per SM).
+template <uint32_t T>
+int rowslice_rows() {
+  static const int env = [] {
+    const char* v = std::getenv("DS4_CUDA_ROWSLICE_ROWS");
+    return v == nullptr ? -1 : v[0] == '1' ? 1 : v[0] == '2' ? 2 : -1;
+  }();
+  return env >= 0 ? env : T == kIQ2_XXS ? 2 : 1;
+}
+
+template <uint32_t T, int kL, int kR>
+void launch_rowslice_as(const MatvecJobs& jobs, int64_t rows, int64_t nblk, int n_jobs, int groups) {
+  const size_t smem = rs_smem_bytes<T, kL>(nblk);
+  const int64_t per_block = int64_t{kRsWarps} * 32 / kL * kR;
+  const dim3 grid(static_cast<unsigned>((rows + per_block - 1) / per_block), static_cast<unsigned>(groups),
+                  static_cast<unsigned>(n_jobs));
+  auto kernel = matvec_rowslice_kernel<T, kL, kR>;
+  // Static: the IQ2_XXS grid copies (32 KiB), else one 8-byte word.
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem,
+                     sizeof(uint64_t) * (T == kIQ2_XXS ? 256 * kRsGridCopies : 1));
+  launch_k(kernel, grid, kRsWarps * 32, smem, jobs);
 }
 
 // Launches matvec_rowslice_kernel when the format has one and the rows and activation suit it
@@ -1012,14 +1070,14 @@ bool launch_rowslice(const MatvecJobs& jobs, int n_jobs, int groups) {
     }
     const size_t smem = lanes == 4 ? rs_smem_bytes<T, 4>(nblk) : rs_smem_bytes<T, 8>(nblk);
     if (smem > kRsMaxSmem) return false;
-    const int64_t per_block = int64_t{kRsWarps} * 32 / lanes;
-    const dim3 grid(static_cast<unsigned>((rows + per_block - 1) / per_block), static_cast<unsigned>(groups),
-                    static_cast<unsigned>(n_jobs));
-    auto kernel = lanes == 4 ? matvec_rowslice_kernel<T, 4> : matvec_rowslice_kernel<T, 8>;
-    // Static: the IQ2_XXS grid copies (32 KiB), else one 8-byte word.
-    allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem,
-                       sizeof(uint64_t) * (T == kIQ2_XXS ? 256 * kRsGridCopies : 1));
-    launch_k(kernel, grid, kRsWarps * 32, smem, jobs);
+    const bool two = rowslice_rows<T>() == 2;
+    if (lanes == 4) {
+      two ? launch_rowslice_as<T, 4, 2>(jobs, rows, nblk, n_jobs, groups)
+          : launch_rowslice_as<T, 4, 1>(jobs, rows, nblk, n_jobs, groups);
+    } else {
+      two ? launch_rowslice_as<T, 8, 2>(jobs, rows, nblk, n_jobs, groups)
+          : launch_rowslice_as<T, 8, 1>(jobs, rows, nblk, n_jobs, groups);
+    }
     return true;
   }
 }
