@@ -25,6 +25,7 @@
 #include "model/attention.h"
 #include "model/experts.h"
 #include "model/indexer.h"
+#include "model/rope.h"
 #include "model/kv_quant.h"
 #include "model/norms.h"
 #include "model/router.h"
@@ -641,6 +642,30 @@ TEST_F(CudaKernels, SinkAttentionMatchesCpuBitForBit) {
     for (size_t k = 0; k < got.size(); ++k) ASSERT_NEAR(got[k], cpu[k], 1e-6f) << "value " << k;
     // The output is a convex combination of the rows (scaled by the sink's share): |o| <= 1.
     for (const float v : got) ASSERT_LE(std::fabs(v), 1.0f);
+
+    // The inverse tail RoPE in the combine launch (decode): the bits of sink_attention then
+    // rope_tail, and model::rope_tail_apply's values; declined (false) for an odd dim.
+    if (c.pos >= 4096) continue;  // the angle table is indexed by position
+    const int n_pair = static_cast<int>(std::min<int64_t>(c.dim / 2, 32));
+    std::vector<float> table(static_cast<size_t>((c.pos + 1) * 2 * n_pair));
+    for (float& v : table) v = ud(rng);
+    cuda::DeviceArray<float> dtable(table.size()), dfused(q.size());
+    dtable.upload(table.data(), table.size());
+    const bool fused = cuda::sink_attention(dq.get(), ds.get(), c.n_head, c.dim, draw.get(), c.raw_cap, c.n_swa,
+                                            dpos.get(), dcomp.get(), c.ratio, c.n_sel ? dsel.get() : nullptr, c.n_sel,
+                                            max_rows, dscratch.get(), dfused.get(), dtable.get(), n_pair);
+    EXPECT_EQ(fused, c.dim % 2 == 0) << "dim " << c.dim;
+    if (!fused) cuda::rope_tail(dfused.get(), c.n_head, c.dim, dtable.get(), n_pair, dpos.get(), true);
+    cuda::rope_tail(dout.get(), c.n_head, c.dim, dtable.get(), n_pair, dpos.get(), true);
+    cuda::check(cudaDeviceSynchronize(), "sink_attention + inverse rope");
+    std::vector<float> sep(q.size()), fus(q.size());
+    dout.download(sep.data(), sep.size());
+    dfused.download(fus.data(), fus.size());
+    EXPECT_EQ(std::memcmp(sep.data(), fus.data(), sep.size() * sizeof(float)), 0) << "dim " << c.dim << " pos " << c.pos;
+    const float* cs = &table[static_cast<size_t>(c.pos * 2 * n_pair)];
+    model::rope_tail_apply(got, static_cast<size_t>(c.dim), {cs, static_cast<size_t>(n_pair)},
+                           {cs + n_pair, static_cast<size_t>(n_pair)}, true);
+    for (size_t k = 0; k < got.size(); ++k) ASSERT_NEAR(fus[k], got[k], 1e-6f) << "roped value " << k;
   }
 }
 

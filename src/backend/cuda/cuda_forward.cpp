@@ -42,6 +42,8 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
     pprof_ = std::make_unique<PrefillProfile>();
   const char* g = std::getenv("DS4_CUDA_GRAPH");
   use_graphs_ = !(g && std::strcmp(g, "0") == 0);
+  const char* af = std::getenv("DS4_CUDA_ATTN_ROPE_FUSED");
+  attn_rope_fused_ = !(af && std::strcmp(af, "0") == 0);
   const char* hf = std::getenv("DS4_CUDA_HC_FUSED");
   hc_fused_ = !(hf && std::strcmp(hf, "0") == 0);
   if (StepProfile::requested()) {
@@ -453,11 +455,16 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   mark("q head norm+rope");
   join_beside(aux_join_);  // the KV row stored, the indexer's selection
   if (ratio) join_branch();  // the compressed rows, this position's included
-  sink_attention(q_.get(), L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos,
-                 kv.comp.get(), ratio, sel, n_sel, max_rows, att_scratch_.get(), attn_.get());
+  // The inverse RoPE of the attention output in its combine launch, or (DS4_CUDA_ATTN_ROPE_FUSED=0,
+  // shapes the combine declines) a launch of its own.
+  const bool roped = sink_attention(q_.get(), L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos,
+                                    kv.comp.get(), ratio, sel, n_sel, max_rows, att_scratch_.get(), attn_.get(),
+                                    attn_rope_fused_ ? rope : nullptr, n_pair_);
   mark(ratio == 0 ? "attention (window)" : ratio == 4 ? "attention (ratio 4)" : "attention (ratio 128)");
-  rope_tail(attn_.get(), nhead, HD, rope, n_pair_, pos, true);
-  mark("attn inverse rope");
+  if (!roped) {
+    rope_tail(attn_.get(), nhead, HD, rope, n_pair_, pos, true);
+    mark("attn inverse rope");
+  }
   // Grouped low-rank output projection (spec §3.4.9): group g reads its heads' slice.
   const int64_t GI = c_.group_in_dim(), OL = c_.o_lora_rank;
   matvec(L.attn_output_a, 0, OL, OL, nullptr, static_cast<int>(c_.n_out_group), attn_.get(), GI,

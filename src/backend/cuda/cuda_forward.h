@@ -234,6 +234,7 @@ class CudaForward {
   DeviceArray<uint8_t> h_q8_0_, h_q8_k_;  // h_ quantized by hc_pre (Q8_0 / Q8_K activation rows)
   DeviceArray<unsigned> hc_ticket_;  // hc_norm_matvec's last-block counter for the fused hc_pre
   bool hc_fused_ = true;  // hc_pre weights in the projection's last block (DS4_CUDA_HC_FUSED=0: off)
+  bool attn_rope_fused_ = true;  // inverse RoPE in the attention's combine launch (DS4_CUDA_ATTN_ROPE_FUSED=0: off)
 };
 
 }  // namespace ds4::cuda

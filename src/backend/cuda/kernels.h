@@ -330,11 +330,15 @@ void indexer_top_k_batch(const float* scores, const int64_t* pos, uint32_t ratio
 /// rows, the V slices copied into shared memory at once (cp.async) while the block makes
 /// exp(s - max), then each output value summed over the rows in order by one lane (every V
 /// element read once for the 8 heads) while one warp sums the 8 denominators in row order. Any
-/// dim, n_head and row count (rows beyond 768 take further chunks in order).
-void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
+/// dim, n_head and row count (rows beyond 768 take further chunks in order). With
+/// inv_rope_table ([position][cos n_pair, sin n_pair], as rope_tail's table) the second launch
+/// also applies rope_tail(out, n_head, dim, inv_rope_table, n_pair, pos, inverse = true) to its
+/// outputs, bit for bit, and true is returned; false (no table, n_pair <= 0, an odd dim or a
+/// tail wider than dim): out is the attention alone, for the caller's own rope_tail.
+bool sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
                     int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
                     uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
-                    float* scratch, float* out);
+                    float* scratch, float* out, const float* inv_rope_table = nullptr, int n_pair = 0);
 
 /// Scratch floats per token of a batched sink_attention_batch call (n_tok > 1): the scores of
 /// n_head heads x max_rows rows, then the n_head softmax denominators.

@@ -411,12 +411,17 @@ __global__ void __launch_bounds__(kAttHeads * 32) attn_softmax_kernel(const floa
 // w < 8 (head h0 + w, lane = output dim) sums each output value over the rows in order, every V
 // element read once for the 8 heads, and warp 8's lanes sum the 8 denominators in row order.
 // Token blockIdx.z of a batch as attn_scores_kernel (out advances by out_stride). kChunk: rows
-// per chunk (kAttChunk: one block per SM for the decode step's single token).
+// per chunk (kAttChunk: one block per SM for the decode step's single token). With rope_table
+// set, the inverse tail RoPE at *pos (rope_kernel's rope_pair with sign -1) is applied to the
+// output before it is stored: pair (2p, 2p + 1) of the tail sits in lanes (2p, 2p + 1) of a warp
+// when the tail starts at an even dim, so one shuffle brings each lane its partner
+// (sink_attention declines the fusion for odd dims).
 template <int kChunk>
 __global__ void __launch_bounds__(kAttCombineThreads, kChunk == kAttChunk ? 1 : 2)
 attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, int64_t n_swa, const int64_t* pos,
                     const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride, int64_t n_sel,
-                    const float* scratch, int64_t scratch_stride, float* out, int64_t out_stride) {
+                    const float* scratch, int64_t scratch_stride, float* out, int64_t out_stride,
+                    const float* rope_table, int n_pair) {
   pdl_wait();
   pdl_trigger();
   if (sel) sel += blockIdx.z * sel_stride;
@@ -517,7 +522,19 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
   if (warp == kAttHeads && lane < kAttHeads) inv[lane] = 1.0f / denom;
   __syncthreads();
   const int64_t i = i0 + lane;
-  if (warp < kAttHeads && h0 + warp < n_head && i < dim) out[(h0 + warp) * dim + i] = o * inv[warp];
+  if (warp >= kAttHeads) return;  // the denominator warp
+  float v = o * inv[warp];
+  if (rope_table) {  // uniform; every lane of the warp takes part in the shuffle
+    const float pv = __shfl_xor_sync(0xffffffffu, v, 1);
+    const int64_t t0 = dim - 2 * static_cast<int64_t>(n_pair);
+    if (i >= t0 && i < dim) {
+      const float* cs = rope_table + *pos * 2 * n_pair;
+      const int p = static_cast<int>((i - t0) / 2);
+      const float c = cs[p], s = -1.0f * cs[n_pair + p];
+      v = (i - t0) % 2 == 0 ? v * c - pv * s : pv * s + v * c;  // x0 c - x1 s, x0 s + x1 c
+    }
+  }
+  if (h0 + warp < n_head && i < dim) out[(h0 + warp) * dim + i] = v;
 }
 
 // The weighted sum of a prefill chunk's tokens after attn_softmax_kernel (probabilities in place
@@ -761,23 +778,19 @@ int attn_multiq_mode() {
 
 }  // namespace
 
-void sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
-                    int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
-                    uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
-                    float* scratch, float* out) {
-  sink_attention_batch(q, dim * n_head, sinks, n_head, dim, raw, raw_cap, nullptr, 0, n_swa, pos, comp, ratio, sel,
-                       0, n_sel, max_rows, scratch, out, dim * n_head, 1);
-}
-
 int64_t attention_scratch_floats(int n_head, int64_t max_rows) {
   return static_cast<int64_t>(n_head) * (max_rows + 1);
 }
 
-void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,
-                          const float* raw, int64_t raw_cap, const float* chunk, int64_t chunk_pos0, int64_t n_swa,
-                          const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
-                          int64_t sel_stride, int64_t n_sel, int64_t max_rows, float* scratch, float* out,
-                          int64_t out_stride, int n_tok) {
+namespace {
+
+// sink_attention_batch's launches; rope_table (n_tok = 1 only): the inverse tail RoPE in the
+// combine kernel (attn_combine_kernel).
+void attention_launches(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,
+                        const float* raw, int64_t raw_cap, const float* chunk, int64_t chunk_pos0, int64_t n_swa,
+                        const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
+                        int64_t sel_stride, int64_t n_sel, int64_t max_rows, float* scratch, float* out,
+                        int64_t out_stride, int n_tok, const float* rope_table, int n_pair) {
   if (n_tok <= 0) return;
   const unsigned groups = static_cast<unsigned>((n_head + kAttHeads - 1) / kAttHeads);
   const AttnWin win{raw, raw_cap, chunk, chunk_pos0};
@@ -829,7 +842,28 @@ void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, 
   const size_t csmem = combine_smem(kAttChunk);
   allow_dynamic_smem(reinterpret_cast<const void*>(attn_combine_kernel<kAttChunk>), csmem);
   launch_k(attn_combine_kernel<kAttChunk>, cgrid, kAttCombineThreads, csmem, sinks, n_head, dim, win, n_swa, pos, comp,
-           ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride);
+           ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride, rope_table, n_pair);
+}
+
+}  // namespace
+
+bool sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
+                    int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
+                    uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
+                    float* scratch, float* out, const float* inv_rope_table, int n_pair) {
+  const bool rope = inv_rope_table && n_pair > 0 && dim % 2 == 0 && 2 * static_cast<int64_t>(n_pair) <= dim;
+  attention_launches(q, dim * n_head, sinks, n_head, dim, raw, raw_cap, nullptr, 0, n_swa, pos, comp, ratio, sel, 0,
+                     n_sel, max_rows, scratch, out, dim * n_head, 1, rope ? inv_rope_table : nullptr, rope ? n_pair : 0);
+  return rope;
+}
+
+void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,
+                          const float* raw, int64_t raw_cap, const float* chunk, int64_t chunk_pos0, int64_t n_swa,
+                          const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
+                          int64_t sel_stride, int64_t n_sel, int64_t max_rows, float* scratch, float* out,
+                          int64_t out_stride, int n_tok) {
+  attention_launches(q, q_stride, sinks, n_head, dim, raw, raw_cap, chunk, chunk_pos0, n_swa, pos, comp, ratio, sel,
+                     sel_stride, n_sel, max_rows, scratch, out, out_stride, n_tok, nullptr, 0);
 }
 
 }  // namespace ds4::cuda
