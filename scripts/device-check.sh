@@ -50,6 +50,13 @@ fi
 BIN=$(cd "$1" && pwd)
 STEPS=${2:-tests nano decode prefill}
 AB=${AB:--}
+for step in $STEPS; do  # a mistyped step is refused before the others spend device time
+  case $step in
+    tests|nano|decode|prefill|kprof|sprof|ncu|ktime) ;;
+    *) echo "$0: unknown step $step (steps: tests nano decode prefill kprof sprof ncu ktime)" >&2; exit 2 ;;
+  esac
+done
+[[ ${ROUNDS:-2} =~ ^[1-9][0-9]*$ ]] || { echo "$0: ROUNDS must be a positive integer, not '${ROUNDS}'" >&2; exit 2; }
 for entry in $AB; do  # every "@DIR" must hold a ds4-bench before any step runs
   if [[ $entry == @* ]]; then
     dir=${entry#@}; dir=${dir%%,*}
@@ -137,7 +144,11 @@ for step in $STEPS; do
           if [ "$step" = kprof ]; then
             summary+=("$tag: $(grep -iE 'total' "$OUT/$tag.log" | tail -1)")
           else
-            summary+=("$tag: $(awk -F, 'NR>1 {printf "%s: prefill %s decode %s; ", $1, $3, $5}' "$OUT/$tag.csv")")
+            if [ -s "$OUT/$tag.csv" ]; then
+              summary+=("$tag: $(awk -F, 'NR>1 {printf "%s: prefill %s decode %s; ", $1, $3, $5}' "$OUT/$tag.csv")")
+            else
+              summary+=("$tag: FAILED (no results; see $tag.log)")
+            fi
           fi
         done
         [ "$step" = kprof ] && break

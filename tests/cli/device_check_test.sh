@@ -25,14 +25,6 @@ if [ -x "$build/tests/cuda/test_cuda" ]; then  # a CUDA build: stage it for real
   ls "$tmp/staged/lib" | grep -qE '^(libc|libm|libstdc\+\+|libgcc_s)\.so' && bad "--stage carried the C/C++ runtime"
   # A staged folder is a valid BIN_DIR: an unknown step is its error, after the usage check.
   expect 2 "unknown step nosuchstep" -- env OUT="$tmp/out" bash "$script" "$tmp/staged" nosuchstep
-  # An AB entry naming a folder without ds4-bench is refused before any step (with or without
-  # variables after it); one that holds it passes to the step check.
-  expect 2 "AB entry @$tmp/nowhere,X=1: $tmp/nowhere/ds4-bench is missing" -- \
-    env OUT="$tmp/out" AB="- @$tmp/nowhere,X=1" bash "$script" "$tmp/staged" decode
-  expect 2 "AB entry @$tmp/empty: $tmp/empty/ds4-bench is missing" -- \
-    env OUT="$tmp/out" AB="@$tmp/empty" bash "$script" "$tmp/staged" decode
-  expect 2 "unknown step nosuchstep" -- \
-    env OUT="$tmp/out" AB="- @$tmp/staged,DS4_CUDA_GRAPH=0" bash "$script" "$tmp/staged" nosuchstep
 fi
 # The decode step's AB entries, with stand-in ds4-bench scripts (no GPU): each entry runs its
 # folder's binary with its variables, twice, and DECODE_CTX_MAX reaches the command line.
@@ -42,6 +34,16 @@ for d in fa fb; do
     "$d" "$d" >"$tmp/$d/ds4-bench"
   chmod +x "$tmp/$d/ds4-bench"
 done
+# An AB entry naming a folder without ds4-bench is refused before any step (with or without
+# variables after it), as is a ROUNDS that is not a positive integer; a folder that holds one
+# passes to the step check.
+expect 2 "AB entry @$tmp/nowhere,X=1: $tmp/nowhere/ds4-bench is missing" -- \
+  env OUT="$tmp/out" AB="- @$tmp/nowhere,X=1" bash "$script" "$tmp/fa" decode
+expect 2 "AB entry @$tmp/empty: $tmp/empty/ds4-bench is missing" -- \
+  env OUT="$tmp/out" AB="@$tmp/empty" bash "$script" "$tmp/fa" decode
+expect 2 "unknown step nosuchstep" -- env OUT="$tmp/out" AB="- @$tmp/fb,X=0" bash "$script" "$tmp/fa" nosuchstep
+expect 2 "ROUNDS must be a positive integer, not 'x'" -- env OUT="$tmp/out" ROUNDS=x bash "$script" "$tmp/fa" decode
+expect 2 "ROUNDS must be a positive integer, not '0'" -- env OUT="$tmp/out" ROUNDS=0 bash "$script" "$tmp/fa" decode
 (cd "$tmp" && env OUT="$tmp/fo" DECODE_CTX_MAX=2048 AB="- X=1,Y=2 @fb @fb,Y=3" bash "$script" fa decode) >/dev/null 2>&1
 tar xzf "$tmp/fo/logs.tar.gz" -C "$tmp/fo" 2>/dev/null || bad "decode step left no logs.tar.gz"
 for want in "_:fa X= Y= " "X_1_Y_2:fa X=1 Y=2 " "_fb:fb X= Y= " "_fb_Y_3:fb X= Y=3 "; do
@@ -52,5 +54,12 @@ for want in "_:fa X= Y= " "X_1_Y_2:fa X=1 Y=2 " "_fb:fb X= Y= " "_fb_Y_3:fb X= Y
 done
 grep -q "^decode.2._fb_Y_3: 2048: prefill 1 decode fb; " "$tmp/fo/summary.txt" ||
   bad "summary lacks the @DIR,VAR entry: $(cat "$tmp/fo/summary.txt")"
+# A step name is checked before any step runs; a bench that leaves no results is marked FAILED.
+expect 2 "unknown step bogus" -- env OUT="$tmp/out2" bash "$script" "$tmp/fa" "decode bogus"
+[ ! -e "$tmp/out2" ] || bad "an unknown step still let the script start (made $tmp/out2)"
+mkdir -p "$tmp/fc" && printf '#!/bin/sh\nexit 1\n' >"$tmp/fc/ds4-bench" && chmod +x "$tmp/fc/ds4-bench"
+env OUT="$tmp/fo3" DECODE_CTX_MAX=2048 ROUNDS=1 bash "$script" "$tmp/fc" decode >/dev/null 2>&1
+grep -q "^decode.1._: FAILED (no results; see decode.1._.log)" "$tmp/fo3/summary.txt" ||
+  bad "a bench without results is not marked: $(cat "$tmp/fo3/summary.txt" 2>&1)"
 echo "device-check script: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
