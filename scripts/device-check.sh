@@ -14,7 +14,8 @@
 # "tests nano decode prefill") picks from:
 #   tests    test_cuda on the tiny models (generated here)
 #   nano     ds4-nano q2 greedy text, --cuda vs --cpu (must be equal)
-#   decode   decode tok/s at 2K / 8K / 32K (--fill-state), once per entry of $AB (see below)
+#   decode   decode tok/s at 2K / 8K / 32K (--fill-state), once per entry of $AB (see below); each
+#            the best of 2 runs of 32 tokens (the first captures the CUDA graphs, the second reuses them)
 #   prefill  prefill tok/s at 2K / 8K, once per entry of $AB
 #   kprof    ds4-bench --kernel-profile (per-matrix matvec rates), once per entry of $AB
 #   sprof    DS4_CUDA_PROFILE=1 decode step profile at 2K, once per entry of $AB
@@ -135,7 +136,7 @@ for step in $STEPS; do
         for entry in $AB; do
           tag="$step.$round.${entry//[^A-Za-z0-9_]/_}"
           case $step in
-            decode) args=(--fill-state --ctx-start 2048 --ctx-max "${DECODE_CTX_MAX:-32768}" --step-mul 4 -n 32) ;;
+            decode) args=(--fill-state --ctx-start 2048 --ctx-max "${DECODE_CTX_MAX:-32768}" --step-mul 4 -n 32 --repeat 2) ;;
             prefill) args=(--ctx-start 2048 --ctx-max 8192 --step-mul 4 -n 4) ;;
             kprof) args=(--kernel-profile --ctx-start 2048 --ctx-max 2048 -n 1) ;;
           esac

@@ -49,7 +49,7 @@ tar xzf "$tmp/fo/logs.tar.gz" -C "$tmp/fo" 2>/dev/null || bad "decode step left 
 for want in "_:fa X= Y= " "X_1_Y_2:fa X=1 Y=2 " "_fb:fb X= Y= " "_fb_Y_3:fb X= Y=3 "; do
   for round in 1 2; do
     f=$tmp/fo/decode.$round.${want%%:*}.log
-    grep -q -- "^${want#*:}.*--ctx-max 2048 " "$f" 2>/dev/null || bad "decode entry $f: $(cat "$f" 2>&1)"
+    grep -q -- "^${want#*:}.*--ctx-max 2048 .*--repeat 2 " "$f" 2>/dev/null || bad "decode entry $f: $(cat "$f" 2>&1)"
   done
 done
 grep -q "^decode.2._fb_Y_3: 2048: prefill 1 decode fb; " "$tmp/fo/summary.txt" ||
