@@ -25,9 +25,9 @@
 #include "model/attention.h"
 #include "model/experts.h"
 #include "model/indexer.h"
-#include "model/rope.h"
 #include "model/kv_quant.h"
 #include "model/norms.h"
+#include "model/rope.h"
 #include "model/router.h"
 #include "quant/quant.h"
 
