@@ -78,7 +78,8 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
                  "GiB of GPU memory to use at most: one cap, or one per --gpu-devices entry (0 or auto: no cap, "
                  "all free memory; unlike ds4, where 0 means the CPU)");
   app.add_flag("--fill-state", o.fill_state,
-               "Decode-only: start each frontier from a random KV state of that length (no prefill)");
+               "Decode-only: start each frontier from a random KV state of that length (no prefill; one "
+               "untimed warm-up step first)");
   app.add_flag("--kernel-profile", o.kernel_profile,
                "CUDA: time each matrix kind's matvec against the device copy bandwidth");
 

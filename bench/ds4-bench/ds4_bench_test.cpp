@@ -8,7 +8,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "bench_options.h"
 #include "common/error.h"
@@ -357,6 +360,63 @@ TEST(FillState, RandomStateImportsAndTheDecodeOnlySweepReportsRows) {
   }
   set.gen_tokens = 0;
   EXPECT_THROW(run_fill_state_sweep(c, engine->backend(), set, 5, [](const FrontierResult&) {}), Error);
+}
+
+// The backend calls of a decode-only sweep, recorded by a wrapper around the CPU backend.
+class RecordingBackend final : public Backend {
+ public:
+  explicit RecordingBackend(Backend& inner) : inner_(inner) {}
+  std::string name() const override { return inner_.name(); }
+  std::unique_ptr<BackendSession> new_session(int64_t ctx) override {
+    calls.push_back("new");
+    return std::make_unique<RecordingSession>(inner_.new_session(ctx), calls);
+  }
+  std::vector<std::string> calls;  // "new", "import", "eval@POS"
+
+ private:
+  class RecordingSession final : public BackendSession {
+   public:
+    RecordingSession(std::unique_ptr<BackendSession> s, std::vector<std::string>& calls)
+        : s_(std::move(s)), calls_(calls) {}
+    void eval(std::span<const int32_t> t, int64_t pos0, std::span<float> last, std::span<float> all) override {
+      calls_.push_back("eval@" + std::to_string(pos0));
+      s_->eval(t, pos0, last, all);
+    }
+    void reset() override { s_->reset(); }
+    void export_state(model::KvState& out) const override { s_->export_state(out); }
+    void import_state(const model::KvState& in) override {
+      calls_.push_back("import");
+      s_->import_state(in);
+    }
+    int64_t ctx() const override { return s_->ctx(); }
+
+   private:
+    std::unique_ptr<BackendSession> s_;
+    std::vector<std::string>& calls_;
+  };
+  Backend& inner_;
+};
+
+// Per frontier: a fresh session, one untimed step at the frontier, then `repeat` timed runs of
+// gen_tokens steps, each from the state imported again (so the warm-up step never shows in the
+// positions the timed runs decode at).
+TEST(FillState, EachFrontierTakesOneUntimedStepThenTimedRunsFromTheImportedState) {
+  auto engine = Engine::open({.model_path = kModel, .backend = "cpu", .threads = 1});
+  RecordingBackend rec(engine->backend());
+  SweepSettings set;
+  set.ctx_alloc = 128;
+  set.frontiers = {40, 80};
+  set.gen_tokens = 2;
+  set.repeat = 2;
+  run_fill_state_sweep(engine->config(), rec, set, 5, [](const FrontierResult&) {});
+  std::vector<std::string> want;
+  for (const int f : {40, 80}) {
+    const std::string p0 = "eval@" + std::to_string(f), p1 = "eval@" + std::to_string(f + 1);
+    for (const std::string& c : {std::string("new"), std::string("import"), p0, std::string("import"), p0, p1,
+                                 std::string("import"), p0, p1})
+      want.push_back(c);
+  }
+  EXPECT_EQ(rec.calls, want);
 }
 
 // ---- the binary ----

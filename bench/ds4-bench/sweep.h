@@ -70,8 +70,10 @@ void run_sweep(const model::Config& config, Backend& backend, std::span<const in
 model::KvState random_state(const model::Config& config, int64_t ctx, int64_t n, uint64_t seed);
 
 /// Decode-only sweep (ds4-bench --fill-state): for each frontier a fresh backend session of
-/// ctx_alloc tokens imports random_state(frontier) and then times gen_tokens greedy decode
-/// steps (BackendSession::eval one token at a time, greedy_token with nothing excluded). Rows
+/// ctx_alloc tokens imports random_state(frontier), takes one untimed decode step (a session's
+/// first step may capture a CUDA graph), imports the state again and times gen_tokens greedy
+/// decode steps (BackendSession::eval one token at a time, greedy_token with nothing excluded;
+/// with repeat > 1 each run re-imports the state). Rows
 /// report prefill_tokens 0 and the state's f32 bytes as kvcache_bytes. Throws ds4::Error for
 /// the settings run_sweep rejects (without the prompt) and gen_tokens < 1.
 void run_fill_state_sweep(const model::Config& config, Backend& backend, const SweepSettings& settings,
