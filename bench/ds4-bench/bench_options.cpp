@@ -78,8 +78,8 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
                  "GiB of GPU memory to use at most: one cap, or one per --gpu-devices entry (0 or auto: no cap, "
                  "all free memory; unlike ds4, where 0 means the CPU)");
   app.add_flag("--fill-state", o.fill_state,
-               "Decode-only: start each frontier from a random KV state of that length (no prefill; one "
-               "untimed warm-up step first)");
+               "Decode-only: start each frontier from a random KV state of that length (no prefill, no "
+               "prompt file needed; one untimed warm-up step first)");
   app.add_flag("--kernel-profile", o.kernel_profile,
                "CUDA: time each matrix kind's matvec against the device copy bandwidth");
 
@@ -129,11 +129,16 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
     check_frontiers();
     return o;
   }
-  if (o.prompt_file.has_value() == o.chat_prompt_file.has_value())
+  // --fill-state imports random states instead of prefilling: a prompt file is optional there.
+  if (o.prompt_file && o.chat_prompt_file)
     fail("give exactly one of --prompt-file or --chat-prompt-file (or --cuda --synthetic NAME)");
-  const std::string& prompt = o.prompt_file ? *o.prompt_file : *o.chat_prompt_file;
-  if (!std::filesystem::is_regular_file(prompt))
-    fail("prompt file {} {}", prompt, std::filesystem::exists(prompt) ? "is not a regular file" : "does not exist");
+  if (!o.prompt_file && !o.chat_prompt_file && !o.fill_state)
+    fail("give exactly one of --prompt-file or --chat-prompt-file (or --cuda --synthetic NAME, or --fill-state)");
+  if (o.prompt_file || o.chat_prompt_file) {
+    const std::string& prompt = o.prompt_file ? *o.prompt_file : *o.chat_prompt_file;
+    if (!std::filesystem::is_regular_file(prompt))
+      fail("prompt file {} {}", prompt, std::filesystem::exists(prompt) ? "is not a regular file" : "does not exist");
+  }
   if (o.model.empty()) o.model = default_model;
   if (!std::filesystem::is_regular_file(o.model)) fail("model file {} does not exist", o.model);
   check_frontiers();

@@ -52,7 +52,8 @@ struct BenchOptions {
 /// Parses ds4-bench's arguments (argv[1..argc) ; `-sys` is accepted for --system) and validates
 /// them. Returns std::nullopt after printing the help for -h/--help. Throws ds4::Error with a
 /// complete message for an unknown flag, a malformed or out-of-range number, a missing model or
-/// prompt file, not exactly one of --prompt-file/--chat-prompt-file, --ctx-start > --ctx-max,
+/// prompt file, not exactly one of --prompt-file/--chat-prompt-file (at most one with
+/// --fill-state, which reads none when neither is given), --ctx-start > --ctx-max,
 /// --ctx-alloc <= ctx-max + gen-tokens, --synthetic without --cuda, an unknown synthetic name,
 /// --synthetic with -m or a prompt file, a bad --gpu-devices list (repeats are allowed), a
 /// negative or malformed --gpu-vram, --gpu-vram with more than one cap but not one per

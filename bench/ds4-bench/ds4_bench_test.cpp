@@ -139,6 +139,8 @@ TEST(Options, RejectsBadInput) {
   expect_rejected({"--prompt-file", "/nonexistent/prompt.txt"}, "prompt file /nonexistent/prompt.txt does not exist");
   expect_rejected({}, "exactly one of --prompt-file or --chat-prompt-file");
   expect_rejected({"--prompt-file", kText, "--chat-prompt-file", kText}, "exactly one of");
+  expect_rejected({"--fill-state", "--prompt-file", kText, "--chat-prompt-file", kText}, "exactly one of");
+  expect_rejected({"--fill-state", "--prompt-file", "/nonexistent/p.txt"}, "prompt file /nonexistent/p.txt does not exist");
   expect_rejected({"--prompt-file", kText, "--backend", "metal"}, "--backend");
   expect_rejected({"--prompt-file", kText, "--cpu", "--cuda"}, "--cpu");
   expect_rejected({"--prompt-file", kText, "--bogus"}, "--bogus");
@@ -166,6 +168,11 @@ TEST(Options, RejectsBadInput) {
   EXPECT_TRUE(ok->kernel_profile);
   EXPECT_FALSE(ok->fill_state);
   EXPECT_TRUE(parse_bench_options({"--cuda", "--synthetic", "flash-q2", "--fill-state"}, kModel)->fill_state);
+  // --fill-state reads no prompt, so a model alone is enough.
+  const auto fs = parse_bench_options({"-m", kModel, "--cpu", "--fill-state"}, kModel);
+  ASSERT_TRUE(fs.has_value());
+  EXPECT_FALSE(fs->prompt_file.has_value());
+  EXPECT_FALSE(fs->chat_prompt_file.has_value());
 }
 
 // --gpu-devices (repeats allowed: ranks sharing a GPU) and --gpu-vram (one cap, or one per
@@ -544,6 +551,23 @@ TEST_F(Ds4BenchRun, MultiplicativeStepsToStdoutWithRepeatChunksAndWarmWeights) {
     EXPECT_GT(std::stod(rows[i][2]), 0.0);
     EXPECT_GT(std::stod(rows[i][4]), 0.0);
   }
+}
+
+// --fill-state on a model file needs no prompt: one decode-only row per frontier, the
+// frontier's random state imported (no prefill), its state bytes as kvcache_bytes.
+TEST_F(Ds4BenchRun, FillStateRunsWithoutAPromptFile) {
+  const RunResult r = run("-m " + kModel + " --cpu -t 1 --fill-state --ctx-start 16 --ctx-max 32 --step-mul 2 -n 2"
+                          " --repeat 2 --memcpy-mib 0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = parse_csv(r.out);
+  ASSERT_EQ(rows.size(), 3u) << r.out;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_EQ(std::stoll(rows[i][0]), i == 1 ? 16 : 32);
+    EXPECT_EQ(std::stoll(rows[i][1]), 0);  // no prefill
+    EXPECT_EQ(std::stoll(rows[i][3]), 2);
+    EXPECT_GT(std::stod(rows[i][4]), 0.0);
+  }
+  EXPECT_EQ(r.err.find("prompt file"), std::string::npos) << r.err;
 }
 
 TEST_F(Ds4BenchRun, ChatPromptIsRenderedAndSliced) {

@@ -132,6 +132,7 @@ Loaded load(const BenchOptions& o) {
   l.engine = ds4::Engine::open({.model_path = o.model, .backend = o.backend, .threads = o.threads,
                                 .gpu_devices = devices,
                                 .plan_ctx = ds4::bench::effective_ctx_alloc(o)});
+  if (!o.prompt_file && !o.chat_prompt_file) return l;  // --fill-state: no prompt to read
   l.prompt = prompt_tokens(*l.engine, o);
   if (static_cast<int64_t>(l.prompt.size()) < o.ctx_max)
     ds4::fail("the prompt has {} tokens, need at least --ctx-max = {}", l.prompt.size(), o.ctx_max);
