@@ -58,9 +58,14 @@ for step in $STEPS; do  # a mistyped step is refused before the others spend dev
   esac
 done
 [[ ${ROUNDS:-2} =~ ^[1-9][0-9]*$ ]] || { echo "$0: ROUNDS must be a positive integer, not '${ROUNDS}'" >&2; exit 2; }
+# An AB entry is "-", "VAR=value,...", "@DIR" or "@DIR,VAR=value,...".
+entry_dir() { local d=${1#@}; echo "${d%%,*}"; }  # DIR of an "@" entry
+entry_vars() {  # the entry's comma-separated variables (empty for "-" and a bare "@DIR")
+  case $1 in -|@*) [[ $1 == @*,* ]] && echo "${1#*,}" ;; *) echo "$1" ;; esac
+}
 for entry in $AB; do  # every "@DIR" must hold a ds4-bench before any step runs
   if [[ $entry == @* ]]; then
-    dir=${entry#@}; dir=${dir%%,*}
+    dir=$(entry_dir "$entry")
     [ -x "$dir/ds4-bench" ] || { echo "$0: AB entry $entry: $dir/ds4-bench is missing" >&2; exit 2; }
   fi
 done
@@ -72,20 +77,13 @@ MODELS=$BIN/models
 VOCAB=$ROOT/models/deepseek-v3-tokenizer.json.zst
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 
-with_env() {  # with_env ENTRY CMD...: runs CMD with ENTRY's variables set ("-" / "@DIR": none)
-  local entry=$1; shift
-  case $entry in
-    -|@*) [[ $entry == @*,* ]] && entry=${entry#*,} || { "$@"; return; } ;;
-  esac
-  env ${entry//,/ } "$@"
+with_env() {  # with_env ENTRY CMD...: runs CMD with ENTRY's variables set
+  local vars; vars=$(entry_vars "$1"); shift
+  if [ -n "$vars" ]; then env ${vars//,/ } "$@"; else "$@"; fi
 }
 
 bench_of() {  # bench_of ENTRY: the ds4-bench an AB entry runs ("@DIR[,...]": DIR's, else BIN_DIR's)
-  local dir
-  case $1 in
-    @*) dir=${1#@}; dir=${dir%%,*}; echo "$(cd "$dir" && pwd)/ds4-bench" ;;
-    *) echo "$BIN/ds4-bench" ;;
-  esac
+  case $1 in @*) echo "$(cd "$(entry_dir "$1")" && pwd)/ds4-bench" ;; *) echo "$BIN/ds4-bench" ;; esac
 }
 
 models() {

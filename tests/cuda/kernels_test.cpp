@@ -166,8 +166,9 @@ TEST_F(CudaKernels, HcNormMatvecEqualsNormThenVecDot) {
     Outs sep = outs(), fused = outs();
     ASSERT_TRUE(cuda::hc_norm_matvec(static_cast<uint32_t>(type), dw.get(), rb, rows, cols, dx.get(), model::kRmsEps,
                                      sep.mix.get()));
-    cuda::hc_pre_weights(sep.mix.get(), dsc.get(), dbase.get(), nh, 1e-6f, dx.get(), d, sep.pre.get(), sep.sub.get(),
-                         dnw.get(), model::kRmsEps, sep.h.get(), 1, sep.q0.get(), sep.qk.get());
+    cuda::hc_pre_weights(sep.mix.get(), cuda::hc_pre_args(dsc.get(), dbase.get(), nh, 1e-6f, dx.get(), d, sep.pre.get(),
+                                                          sep.sub.get(), dnw.get(), model::kRmsEps, sep.h.get(),
+                                                          sep.q0.get(), sep.qk.get()));
     cuda::DeviceArray<unsigned> ticket(1);
     cuda::HcPreArgs tail = cuda::hc_pre_args(dsc.get(), dbase.get(), nh, 1e-6f, dx.get(), d, fused.pre.get(),
                                              fused.sub.get(), dnw.get(), model::kRmsEps, fused.h.get(),
@@ -392,8 +393,9 @@ TEST_F(CudaKernels, FusedActivationQuantizationMatchesCpu) {
       dnw.upload(nw.data(), nw.size());
       const size_t a0 = quant::act_row_bytes(quant::ActType::Q8_0, d), ak = quant::act_row_bytes(quant::ActType::Q8_K, d);
       cuda::DeviceArray<uint8_t> q0(a0), qk(ak);
-      cuda::hc_pre_weights(dmix.get(), dsc.get(), dbase.get(), nh, 1e-6f, dxx.get(), d, pre.get(), sub.get(),
-                           dnw.get(), model::kRmsEps, h.get(), 1, q0.get(), qk.get());
+      cuda::hc_pre_weights(dmix.get(), cuda::hc_pre_args(dsc.get(), dbase.get(), nh, 1e-6f, dxx.get(), d, pre.get(),
+                                                         sub.get(), dnw.get(), model::kRmsEps, h.get(), q0.get(),
+                                                         qk.get()));
       cuda::check(cudaDeviceSynchronize(), "hc_pre_weights");
       const std::vector<float> hv = download(h, static_cast<size_t>(d));
       EXPECT_EQ(download(q0, a0), cpu_act(quant::ActType::Q8_0, hv)) << d;

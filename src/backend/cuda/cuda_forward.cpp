@@ -27,6 +27,13 @@ DeviceArray<float> rope_table(const model::RopeParams& p, int64_t ctx) {
   return d;
 }
 
+// True when environment variable `name` is exactly "0" (the DS4_CUDA_* switches that turn a
+// default path off, docs/architecture.md).
+bool env_is_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::strcmp(v, "0") == 0;
+}
+
 }  // namespace
 
 CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx,
@@ -40,12 +47,9 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   batch_tokens_ = default_batch_tokens();
   if (const char* pp = std::getenv("DS4_CUDA_PREFILL_PROFILE"); pp && std::strcmp(pp, "0") != 0)
     pprof_ = std::make_unique<PrefillProfile>();
-  const char* g = std::getenv("DS4_CUDA_GRAPH");
-  use_graphs_ = !(g && std::strcmp(g, "0") == 0);
-  const char* af = std::getenv("DS4_CUDA_ATTN_ROPE_FUSED");
-  attn_rope_fused_ = !(af && std::strcmp(af, "0") == 0);
-  const char* hf = std::getenv("DS4_CUDA_HC_FUSED");
-  hc_fused_ = !(hf && std::strcmp(hf, "0") == 0);
+  use_graphs_ = !env_is_zero("DS4_CUDA_GRAPH");
+  attn_rope_fused_ = !env_is_zero("DS4_CUDA_ATTN_ROPE_FUSED");
+  hc_fused_ = !env_is_zero("DS4_CUDA_HC_FUSED");
   if (StepProfile::requested()) {
     prof_ = std::make_unique<StepProfile>();
     use_graphs_ = false;

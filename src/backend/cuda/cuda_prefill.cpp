@@ -215,8 +215,10 @@ void CudaForward::batch_hc_pre(int n, const DevMatrix& fn, const DeviceArray<flo
   pop("hc_norm_matvec", [&] { batch_hc_norm_mv(fn, b.x.get(), n, b.mix.get()); });
   hc_sinkhorn(b.mix.get(), scale.get(), base.get(), nh, static_cast<int>(c_.hc_sinkhorn_iter), c_.hc_eps,
               b.post.get(), b.comb.get(), n);
-  hc_pre_weights(b.mix.get(), scale.get(), base.get(), nh, c_.hc_eps, b.x.get(), D, b.pre.get(), b.sub_in.get(),
-                 norm.get(), c_.rms_eps, b.h.get(), n);
+  hc_pre_weights(b.mix.get(),
+                 hc_pre_args(scale.get(), base.get(), nh, c_.hc_eps, b.x.get(), D, b.pre.get(), b.sub_in.get(),
+                             norm.get(), c_.rms_eps, b.h.get(), nullptr, nullptr),
+                 n);
 }
 
 void CudaForward::batch_hc_norm_mv(const DevMatrix& fn, const float* x, int n, float* out) {

@@ -166,19 +166,9 @@ void group_by_expert(const int32_t* sel, int n, int n_expert, int32_t* cnt, int3
 void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int n_rows, float eps,
               uint8_t* q8_0 = nullptr);
 
-/// HC pre weights (model::hc_split_sinkhorn's pre part + hc_weighted_sum): pre [n_hc] from
-/// mix [hc_mix], sub_in [d] = sum_r pre[r] * x[r*d ..], and when norm_w is non-null
-/// h [d] = rms_norm(sub_in, norm_w, norm_eps) (the sublayer's input norm), also quantized into
-/// h_q8_0 (Q8_0 activation row, d % 32 == 0) and h_q8_k (Q8_K row, d % 256 == 0) when those
-/// are non-null, so the sublayer's matvecs need no quantization launch. n_hc <= 5. With n_tok > 1,
-/// token t's arrays start t rows further (mix, x, pre, sub_in, h and the quantized rows).
-void hc_pre_weights(const float* mix, const float* scale, const float* base, int n_hc, float eps,
-                    const float* x, int64_t d, float* pre, float* sub_in, const float* norm_w, float norm_eps,
-                    float* h, int n_tok = 1, uint8_t* h_q8_0 = nullptr, uint8_t* h_q8_k = nullptr);
-
-/// hc_pre_weights' arguments for one token (hc_pre_args), so that hc_norm_matvec can run it in
-/// its last block. `ticket` (set by the caller) is a device counter that starts at 0 and that
-/// no other launch uses while this one runs; the launch leaves it at 0.
+/// hc_pre_weights' arguments (hc_pre_args), also what hc_norm_matvec takes to run it in its last
+/// block. `ticket` (set by the caller, for hc_norm_matvec only) is a device counter that starts
+/// at 0 and that no other launch uses while this one runs; the launch leaves it at 0.
 struct HcPreArgs {
   const float* scale = nullptr;
   const float* base = nullptr;
@@ -195,10 +185,19 @@ struct HcPreArgs {
   uint8_t* h_q8_k = nullptr;
   unsigned* ticket = nullptr;
 };
+/// The arguments of hc_pre_weights: scale, base, eps and n_hc (<= 5) of the HC split, the
+/// streams x [n_hc*d], the outputs pre [n_hc], sub_in [d] and (norm_w non-null) h [d] with its
+/// norm_eps, and the quantized rows h_q8_0 / h_q8_k (may be null; dropped unless norm_w is set
+/// and d is a multiple of 32 / 256).
 HcPreArgs hc_pre_args(const float* scale, const float* base, int n_hc, float eps, const float* x, int64_t d,
                       float* pre, float* sub_in, const float* norm_w, float norm_eps, float* h, uint8_t* h_q8_0,
                       uint8_t* h_q8_k);
-/// hc_pre_weights with its arguments from hc_pre_args (the ticket is not used).
+/// HC pre weights (model::hc_split_sinkhorn's pre part + hc_weighted_sum): pre [n_hc] from
+/// mix [hc_mix], sub_in [d] = sum_r pre[r] * x[r*d ..], and when norm_w is non-null
+/// h [d] = rms_norm(sub_in, norm_w, norm_eps) (the sublayer's input norm), also quantized into
+/// h_q8_0 (Q8_0 activation row) and h_q8_k (Q8_K row) when those are set, so the sublayer's
+/// matvecs need no quantization launch. With n_tok > 1, token t's arrays start t rows further
+/// (mix, x, pre, sub_in, h and the quantized rows). a.ticket is not used.
 void hc_pre_weights(const float* mix, const HcPreArgs& a, int n_tok = 1);
 
 /// The rest of model::hc_split_sinkhorn: post [n_hc] and the Sinkhorn-normalised comb

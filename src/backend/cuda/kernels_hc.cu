@@ -314,13 +314,6 @@ __global__ void hc_output_kernel(const float* logits, const float* scale, const 
 
 }  // namespace
 
-void hc_pre_weights(const float* mix, const float* scale, const float* base, int n_hc, float eps,
-                    const float* x, int64_t d, float* pre, float* sub_in, const float* norm_w, float norm_eps,
-                    float* h, int n_tok, uint8_t* h_q8_0, uint8_t* h_q8_k) {
-  hc_pre_weights(mix, hc_pre_args(scale, base, n_hc, eps, x, d, pre, sub_in, norm_w, norm_eps, h, h_q8_0, h_q8_k),
-                 n_tok);
-}
-
 void hc_pre_weights(const float* mix, const HcPreArgs& a, int n_tok) {
   launch_k(hc_pre_kernel, static_cast<unsigned>(n_tok), 1024, 0, mix, a);
 }

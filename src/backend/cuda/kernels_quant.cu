@@ -1039,9 +1039,9 @@ int rowslice_rows() {
   return env >= 0 ? env : T == kIQ2_XXS ? 2 : 1;
 }
 
+// matvec_rowslice_kernel<T, kL, kR> over `rows` rows per job and group; smem: rs_smem_bytes<T, kL>.
 template <uint32_t T, int kL, int kR>
-void launch_rowslice_as(const MatvecJobs& jobs, int64_t rows, int64_t nblk, int n_jobs, int groups) {
-  const size_t smem = rs_smem_bytes<T, kL>(nblk);
+void launch_rowslice_as(const MatvecJobs& jobs, int64_t rows, size_t smem, int n_jobs, int groups) {
   const int64_t per_block = int64_t{kRsWarps} * 32 / kL * kR;
   const dim3 grid(static_cast<unsigned>((rows + per_block - 1) / per_block), static_cast<unsigned>(groups),
                   static_cast<unsigned>(n_jobs));
@@ -1072,11 +1072,11 @@ bool launch_rowslice(const MatvecJobs& jobs, int n_jobs, int groups) {
     if (smem > kRsMaxSmem) return false;
     const bool two = rowslice_rows<T>() == 2;
     if (lanes == 4) {
-      two ? launch_rowslice_as<T, 4, 2>(jobs, rows, nblk, n_jobs, groups)
-          : launch_rowslice_as<T, 4, 1>(jobs, rows, nblk, n_jobs, groups);
+      two ? launch_rowslice_as<T, 4, 2>(jobs, rows, smem, n_jobs, groups)
+          : launch_rowslice_as<T, 4, 1>(jobs, rows, smem, n_jobs, groups);
     } else {
-      two ? launch_rowslice_as<T, 8, 2>(jobs, rows, nblk, n_jobs, groups)
-          : launch_rowslice_as<T, 8, 1>(jobs, rows, nblk, n_jobs, groups);
+      two ? launch_rowslice_as<T, 8, 2>(jobs, rows, smem, n_jobs, groups)
+          : launch_rowslice_as<T, 8, 1>(jobs, rows, smem, n_jobs, groups);
     }
     return true;
   }
