@@ -402,11 +402,17 @@ TEST_F(CudaKernels, FusedActivationQuantizationMatchesCpu) {
       EXPECT_EQ(download(qk, ak), cpu_act(quant::ActType::Q8_K, hv)) << d;
     }
   }
-  // SwiGLU into the down projection: 3 groups of 512 hidden values, experts {1, 3, 0} of 4.
-  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::IQ2_XXS, GgmlType::F16}) {
-    SCOPED_TRACE(std::string(ggml_type_info(static_cast<uint32_t>(type))->name));
-    const int64_t n = 512, rows = 40, experts = 4;
-    const int groups = 3;
+  // SwiGLU into the down projection: 3 groups of 512 hidden values, experts {1, 3, 0} of 4; and
+  // (the decode step's shape class: the row-slice launch quantizes the SwiGLU rows itself, 8
+  // Q8_K blocks per group, several blocks per group) 4 groups of 2048, experts {2, 0, -1, 3}
+  // (-1: an expert this device does not hold, zeros), group 0's first 256 values zero.
+  struct Shape { int64_t n, rows; std::vector<int32_t> ids; };
+  const Shape shapes[] = {{512, 40, {1, 3, 0}}, {2048, 600, {2, 0, -1, 3}}};
+  for (const Shape& sh : shapes)
+  for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::IQ2_XXS, GgmlType::F16}) {
+    SCOPED_TRACE(std::string(ggml_type_info(static_cast<uint32_t>(type))->name) + " n " + std::to_string(sh.n));
+    const int64_t n = sh.n, rows = sh.rows, experts = 4;
+    const int groups = static_cast<int>(sh.ids.size());
     const size_t rb = quant::row_bytes(type, n);
     std::vector<uint8_t> w(rb * rows * experts);
     std::vector<float> row(n);
@@ -414,13 +420,15 @@ TEST_F(CudaKernels, FusedActivationQuantizationMatchesCpu) {
       for (float& v : row) v = 0.05f * nd(rng);
       quant::quantize_row(type, row.data(), &w[static_cast<size_t>(r) * rb], n);
     }
-    std::vector<float> gate(groups * n), up(groups * n), gw = {0.7f, 1.3f, 0.25f};
+    std::vector<float> gate(groups * n), up(groups * n), gw = {0.7f, 1.3f, 0.25f, 0.9f};
     for (float& v : gate) v = 3.0f * nd(rng);
     for (float& v : up) v = 3.0f * nd(rng);
-    const std::vector<int32_t> ids = {1, 3, 0};
+    if (n >= 2048) std::fill_n(gate.begin(), 256, 0.0f);
+    const std::vector<int32_t>& ids = sh.ids;
     const float clamp = 4.0f;
-    std::vector<float> want(groups * rows), mid(n);
+    std::vector<float> want(groups * rows, 0.0f), mid(n);
     for (int g = 0; g < groups; ++g) {
+      if (ids[g] < 0) continue;
       model::expert_swiglu(std::span<const float>(&gate[g * n], n), std::span<const float>(&up[g * n], n), clamp,
                            gw[g], mid);
       quant::matvec(type, &w[static_cast<size_t>(ids[g] * rows) * rb], rows, n, mid.data(), &want[g * rows]);

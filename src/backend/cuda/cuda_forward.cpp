@@ -36,6 +36,13 @@ bool env_is_zero(const char* name) {
 
 }  // namespace
 
+StreamPriority stream_priority() {
+  const char* v = std::getenv("DS4_CUDA_STREAM_PRIORITY");
+  if (v && std::strcmp(v, "0") == 0) return StreamPriority::Equal;
+  if (v && std::strcmp(v, "main") == 0) return StreamPriority::Main;
+  return StreamPriority::Side;
+}
+
 CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx,
                          const ExpertShard* shard)
     : c_(c), dw_(dw), ctx_(ctx) {
@@ -143,14 +150,22 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   hc_ticket_ = DeviceArray<unsigned>(1);  // zeroed; hc_pre's fused launches leave it at 0
   reset();
   // Streams and events last, released here if one cannot be made (the destructor will not run).
-  cudaError_t st = cudaStreamCreate(&stream_);
-  if (st == cudaSuccess) st = cudaStreamCreate(&side_);
+  // Priorities (DS4_CUDA_STREAM_PRIORITY): the side streams' blocks are dispatched before the
+  // main stream's when SM slots free up, so their work is done before the main chain reaches
+  // the join that waits for it (measured +0.4 % over the reverse, +0.8 % over equal: perf-notes).
+  int least = 0, greatest = 0;
+  cudaError_t st = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+  const StreamPriority sp = stream_priority();
+  const int main_prio = sp == StreamPriority::Main ? greatest : least;
+  const int side_prio = sp == StreamPriority::Side ? greatest : least;
+  if (st == cudaSuccess) st = cudaStreamCreateWithPriority(&stream_, cudaStreamDefault, main_prio);
+  if (st == cudaSuccess) st = cudaStreamCreateWithPriority(&side_, cudaStreamDefault, side_prio);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&join_, cudaEventDisableTiming);
-  if (st == cudaSuccess) st = cudaStreamCreate(&branch_);
+  if (st == cudaSuccess) st = cudaStreamCreateWithPriority(&branch_, cudaStreamDefault, side_prio);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&branch_fork_, cudaEventDisableTiming);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&branch_join_, cudaEventDisableTiming);
-  if (st == cudaSuccess) st = cudaStreamCreate(&aux_);
+  if (st == cudaSuccess) st = cudaStreamCreateWithPriority(&aux_, cudaStreamDefault, side_prio);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&aux_fork_, cudaEventDisableTiming);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&aux_join_, cudaEventDisableTiming);
   if (st != cudaSuccess) {
@@ -275,7 +290,8 @@ void CudaForward::step(int64_t pos, float* logits) {
       check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
       launch_step(indexer_on, want_logits);
       check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
-      const cudaError_t st = cudaGraphInstantiate(&exec, graph, 0);
+      // Node priorities are the capture streams' (kept only with this flag).
+      const cudaError_t st = cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
       cudaGraphDestroy(graph);
       check(st, "cudaGraphInstantiate");
     }

@@ -155,15 +155,16 @@ __device__ float load_float_w(const uint8_t* w, int64_t i) {
 template <uint32_t kType>
 __global__ void __launch_bounds__(1024) hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_t cols,
                                                               const float* x, float eps, float* y, HcPreArgs tail) {
-  pdl_wait();
-  pdl_trigger();
   extern __shared__ __align__(16) uint8_t hc_smem[];
   float* v = reinterpret_cast<float*>(hc_smem);  // x, then the products w[i] * (x[i] * s)
   uint8_t* wrow = hc_smem + cols * 4;
   const uint8_t* src = w + blockIdx.x * row_bytes;
-  for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) cp_async16(v + 4 * i, x + 4 * i);
+  // The weight row is constant: in flight while the launch before may still run (PDL).
   for (int64_t i = threadIdx.x; i < static_cast<int64_t>(row_bytes / 16); i += blockDim.x)
     cp_async16(wrow + 16 * i, src + 16 * i);
+  pdl_wait();
+  pdl_trigger();
+  for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) cp_async16(v + 4 * i, x + 4 * i);
   cp_async_wait();
   __syncthreads();
   double acc = 0;

@@ -274,6 +274,7 @@ struct MatvecArgs {
   float* y;
   int64_t y_stride;
   int rpw;  // rows per warp (1, or up to 4 for rows that fit one chunk together)
+  bool ids_early;  // ids complete before the PDL wait (MatvecOp::ids_early; row-slice kernel)
 };
 
 // Activation bytes per weight block (f32 values, Q8_0 36-byte or Q8_K 292-byte blocks) and the
@@ -931,15 +932,19 @@ __global__ void __launch_bounds__(kRsWarps * 32, rs_min_blocks(T, kL, kR)) matve
   bool on[kR];
 #pragma unroll
   for (int k = 0; k < kR; ++k) on[k] = rl + k * kRows < a.n_rows;
-  const bool early = a.ids == nullptr;  // weights are constant: fetched before the PDL wait
+  // Weights are constant: fetched before the PDL wait, also those of listed groups when the
+  // ids are known complete by then (read past L1: written by an earlier launch).
+  const bool early = a.ids == nullptr || a.ids_early;
   if (!early) pdl_wait();
-  if (a.ids && a.ids[g] < 0) {  // a group this device does not hold (expert parallelism): zeros
+  const int id = a.ids == nullptr ? g : early ? __ldcg(a.ids + g) : a.ids[g];
+  if (id < 0) {  // a group this device does not hold (expert parallelism): zeros
+    if (early) pdl_wait();  // y may still be read by the launches before
 #pragma unroll
     for (int k = 0; k < kR; ++k)
       if (on[k] && s == 0) a.y[g * a.y_stride + rl + k * kRows] = 0.0f;
     return;
   }
-  const int64_t base = a.row0 + static_cast<int64_t>(a.ids ? a.ids[g] : g) * a.group_rows;
+  const int64_t base = a.row0 + static_cast<int64_t>(id) * a.group_rows;
   const uint8_t* row[kR];
 #pragma unroll
   for (int k = 0; k < kR; ++k) row[k] = a.w + static_cast<size_t>(base + (on[k] ? rl + k * kRows : 0)) * a.row_bytes;
@@ -1178,7 +1183,7 @@ MatvecArgs prepare(const MatvecOp& op) {
   const int q_rows = op.x_stride == 0 ? 1 : op.groups;
   const size_t ab = act_row_bytes(w.type, w.cols);
   MatvecArgs a{w.data, w.row_bytes, w.cols, op.n_rows, op.row0, op.group_rows, op.ids, nullptr,
-               op.x_stride == 0 ? 0 : ab, op.y, op.y_stride, 1};
+               op.x_stride == 0 ? 0 : ab, op.y, op.y_stride, 1, op.ids_early && op.ids != nullptr};
   if (at == ActFormat::F32) {
     a.act = reinterpret_cast<const uint8_t*>(op.x);
     a.act_stride = static_cast<size_t>(op.x_stride) * 4;
@@ -1202,6 +1207,13 @@ void launch_jobs(uint32_t type, const MatvecJobs& jobs, int n_jobs, int groups) 
     case kIQ2_XXS: launch_matvec<kIQ2_XXS>(jobs, n_jobs, groups); break;
     default: break;  // rejected by the host side before upload
   }
+}
+
+// Whether swiglu_matvec's down projection fetches its experts' first weight blocks before its
+// PDL wait (DS4_CUDA_IDS_EARLY=0: after it, as every other launch with expert ids).
+bool ids_early_enabled() {
+  static const bool on = !env_zero("DS4_CUDA_IDS_EARLY");
+  return on;
 }
 
 // One matvec (nothing for an empty job).
@@ -1235,9 +1247,13 @@ void swiglu_matvec(MatvecOp op, const float* gate, const float* up, float clamp,
     run_single(op);
     return;
   }
-  if (op.n_rows > 0 && op.groups > 0)
-    quantize_src(at, SwigluSrc{gate, up, n, clamp, gate_w}, n, op.groups, op.act, act_row_bytes(op.w->type, n));
+  if (op.n_rows <= 0 || op.groups <= 0) return;
+  quantize_src(at, SwigluSrc{gate, up, n, clamp, gate_w}, n, op.groups, op.act, act_row_bytes(op.w->type, n));
   op.act_ready = true;
+  // The quantization just launched waits for its predecessors before it lets the matvec start,
+  // so the ids, written before the launch that precedes it, are complete when the matvec
+  // starts: its experts' first weight blocks load before its own wait (DS4_CUDA_IDS_EARLY=0: after).
+  op.ids_early = op.ids != nullptr && ids_early_enabled();
   run_single(op);
 }
 
