@@ -403,8 +403,8 @@ TEST_F(CudaKernels, FusedActivationQuantizationMatchesCpu) {
     }
   }
   // SwiGLU into the down projection: 3 groups of 512 hidden values, experts {1, 3, 0} of 4; and
-  // (the decode step's shape class: the row-slice launch quantizes the SwiGLU rows itself, 8
-  // Q8_K blocks per group, several blocks per group) 4 groups of 2048, experts {2, 0, -1, 3}
+  // (the decode step's shape class: the row-slice launch reading its ids before its PDL wait,
+  // 8 Q8_K blocks per group, several blocks per group) 4 groups of 2048, experts {2, 0, -1, 3}
   // (-1: an expert this device does not hold, zeros), group 0's first 256 values zero.
   struct Shape { int64_t n, rows; std::vector<int32_t> ids; };
   const Shape shapes[] = {{512, 40, {1, 3, 0}}, {2048, 600, {2, 0, -1, 3}}};

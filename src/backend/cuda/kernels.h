@@ -125,10 +125,6 @@ struct MatmatOp {
   int64_t y_stride = 0, y_gstride = 0;
   uint8_t* act = nullptr;
   bool act_ready = false;
-  /// ids were written before the launch preceding this one on the stream, and that launch
-  /// waits for its own predecessors before letting this one start (PDL): the row-slice kernel
-  /// may then fetch the listed groups' first weight blocks before its wait.
-  bool ids_early = false;
 };
 
 /// The grouped-input MatmatOp (the attention output projection's form, spec §3.4.9): group g of
