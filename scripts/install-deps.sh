@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git clang libfuzzer-14-dev
       libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev libspdlog-dev nlohmann-json3-dev
       libcli11-dev libcpp-httplib-dev libpcre2-dev libzstd-dev libxxhash-dev libedit-dev
-      libssl-dev libomp-dev python3-numpy nodejs npm)
+      libssl-dev python3-numpy nodejs npm)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
