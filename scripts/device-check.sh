@@ -46,7 +46,7 @@ if [ "${1:-}" = --stage ]; then
   du -sh "$3"
   exit 0
 fi
-[ -n "${1:-}" ] || { echo "usage: $0 BIN_DIR [STEPS] (BIN_DIR: ds4-bench and the rest, from --stage)" >&2; exit 2; }
+[ -n "${1:-}" ] || { echo "usage: $0 BIN_DIR [STEPS] (BIN_DIR: ds4-bench and the rest, made by: $0 --stage BUILD_DIR BIN_DIR)" >&2; exit 2; }
 [ -x "$1/ds4-bench" ] || { echo "$0: $1/ds4-bench is missing: fill $1 with $0 --stage first" >&2; exit 2; }
 BIN=$(cd "$1" && pwd)
 STEPS=${2:-tests nano decode prefill}

@@ -216,6 +216,8 @@ class Cursor {
 void ReaderState::parse() {
   Cursor c(*this);
   c.set_context("header");
+  if (c.remaining() < sizeof(uint32_t))  // not even the magic: say what the file is not
+    c.fail_at(0, "{} bytes, shorter than the 4-byte magic \"GGUF\"; not a GGUF file", c.remaining());
   const uint32_t magic = c.read<uint32_t>("magic");
   if (magic != kMagic) {
     c.fail_at(0, "bad magic 0x{:08x}, expected 0x{:08x} (\"GGUF\"); not a GGUF file", magic, kMagic);

@@ -47,6 +47,8 @@ TEST(GgufCorrupt, EveryTruncationIsReportedPrecisely) {
     EXPECT_TRUE(starts_with(msg, "t.gguf: offset "));
     if (len >= ok.data_offset()) {
       EXPECT_NE(msg.find("extends past the end of the file"), std::string::npos);
+    } else if (len < 4) {
+      EXPECT_NE(msg.find("shorter than the 4-byte magic \"GGUF\"; not a GGUF file"), std::string::npos);
     } else {
       EXPECT_TRUE(msg.find("truncated file") != std::string::npos ||
                   msg.find("runs past the end of the file") != std::string::npos ||
@@ -182,7 +184,8 @@ TEST(GgufCorrupt, HeaderFields) {
     EXPECT_EQ(parse_error(r.b), "t.gguf: offset 8: tensor count 3 is impossible: each directory entry needs at "
                                 "least 32 bytes, 85 bytes remain after the metadata");
   }
-  EXPECT_EQ(parse_error({0x47, 0x47}), "t.gguf: offset 0: header: truncated file: magic needs 4 bytes, 2 remain");
+  EXPECT_EQ(parse_error({0x47, 0x47}),
+            "t.gguf: offset 0: header: 2 bytes, shorter than the 4-byte magic \"GGUF\"; not a GGUF file");
 }
 
 TEST(GgufCorrupt, MetadataFields) {

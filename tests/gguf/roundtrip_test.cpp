@@ -417,7 +417,7 @@ TEST(GgufMappedFile, MissingAndEmptyFiles) {
   const auto empty = temp_path("empty.gguf");
   { std::ofstream(empty).flush(); }
   EXPECT_EQ(error_of([&] { Reader::open(empty); }),
-            empty.string() + ": offset 0: header: truncated file: magic needs 4 bytes, 0 remain");
+            empty.string() + ": offset 0: header: 0 bytes, shorter than the 4-byte magic \"GGUF\"; not a GGUF file");
   EXPECT_EQ(error_of([&] { Reader::open(::testing::TempDir()); }), ::testing::TempDir() + ": not a regular file");
   std::filesystem::remove(empty);
 }
