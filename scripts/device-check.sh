@@ -51,11 +51,9 @@ fi
 BIN=$(cd "$1" && pwd)
 STEPS=${2:-tests nano decode prefill}
 AB=${AB:--}
+STEP_NAMES="tests nano decode prefill kprof sprof ncu ktime"
 for step in $STEPS; do  # a mistyped step is refused before the others spend device time
-  case $step in
-    tests|nano|decode|prefill|kprof|sprof|ncu|ktime) ;;
-    *) echo "$0: unknown step $step (steps: tests nano decode prefill kprof sprof ncu ktime)" >&2; exit 2 ;;
-  esac
+  [[ " $STEP_NAMES " == *" $step "* ]] || { echo "$0: unknown step $step (steps: $STEP_NAMES)" >&2; exit 2; }
 done
 [[ ${ROUNDS:-2} =~ ^[1-9][0-9]*$ ]] || { echo "$0: ROUNDS must be a positive integer, not '${ROUNDS}'" >&2; exit 2; }
 # An AB entry is "-", "VAR=value,...", "@DIR" or "@DIR,VAR=value,...".
@@ -181,7 +179,6 @@ for step in $STEPS; do
         summary+=("$tag: $(grep -E '_exps|step profile' "$OUT/$tag.log" | tr -s ' ' | tr '\n' ';')")
       done
       ;;
-    *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"

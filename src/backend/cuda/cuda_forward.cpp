@@ -27,21 +27,19 @@ DeviceArray<float> rope_table(const model::RopeParams& p, int64_t ctx) {
   return d;
 }
 
-// True when environment variable `name` is exactly "0" (the DS4_CUDA_* switches that turn a
-// default path off, docs/architecture.md).
-bool env_is_zero(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::strcmp(v, "0") == 0;
-}
-
-}  // namespace
-
+// Which of a decode step's streams gets the device's greatest priority (the block scheduler
+// dispatches its pending blocks first): the side streams (default: Sinkhorn, compressors,
+// shared expert, KV store, indexer), the main chain (DS4_CUDA_STREAM_PRIORITY=main), or
+// neither (=0).
+enum class StreamPriority { Main, Side, Equal };
 StreamPriority stream_priority() {
   const char* v = std::getenv("DS4_CUDA_STREAM_PRIORITY");
   if (v && std::strcmp(v, "0") == 0) return StreamPriority::Equal;
   if (v && std::strcmp(v, "main") == 0) return StreamPriority::Main;
   return StreamPriority::Side;
 }
+
+}  // namespace
 
 CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx,
                          const ExpertShard* shard)

@@ -45,13 +45,6 @@ struct DevLayerKv {
   uint32_t comp_tokens = 0, index_tokens = 0;  ///< tokens pushed into each frontier
 };
 
-/// Which of a decode step's streams gets the device's greatest priority (the block scheduler
-/// dispatches its pending blocks first): the side streams (default: Sinkhorn, compressors,
-/// shared expert, KV store, indexer), the main chain (DS4_CUDA_STREAM_PRIORITY=main), or
-/// neither (=0). Read from the environment at each call.
-enum class StreamPriority { Main, Side, Equal };
-StreamPriority stream_priority();
-
 /// Runs tokens through the model on the device for one session of `ctx` tokens.
 class CudaForward {
  public:

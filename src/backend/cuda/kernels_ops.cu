@@ -320,11 +320,13 @@ cudaStream_t& launch_stream() {
   return s;
 }
 
+bool env_is_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::strcmp(v, "0") == 0;
+}
+
 bool pdl_enabled() {
-  static const bool off = [] {
-    const char* e = std::getenv("DS4_CUDA_PDL");
-    return (e && std::strcmp(e, "0") == 0) || StepProfile::requested();
-  }();
+  static const bool off = env_is_zero("DS4_CUDA_PDL") || StepProfile::requested();
   if (off) return false;
   int dev = 0, major = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||

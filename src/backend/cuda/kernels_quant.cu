@@ -672,16 +672,9 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
 
 constexpr int64_t kQ8WideMinBytes = int64_t{24} << 20;  // see launch_matvec
 
-// True when environment variable `name` starts with '0': the kernel-choice switches
-// (docs/architecture.md), each read once by its function below.
-bool env_zero(const char* name) {
-  const char* v = std::getenv(name);
-  return v && v[0] == '0';
-}
-
 // DS4_CUDA_Q8_WIDE=0: the streaming kernel's Q8_0 dot in dot_chunk's 4-lanes-per-block mapping.
 bool q8_wide_off() {
-  static const bool off = env_zero("DS4_CUDA_Q8_WIDE");
+  static const bool off = env_is_zero("DS4_CUDA_Q8_WIDE");
   return off;
 }
 
@@ -1212,7 +1205,7 @@ void launch_jobs(uint32_t type, const MatvecJobs& jobs, int n_jobs, int groups) 
 // Whether swiglu_matvec's down projection fetches its experts' first weight blocks before its
 // PDL wait (DS4_CUDA_IDS_EARLY=0: after it, as every other launch with expert ids).
 bool ids_early_enabled() {
-  static const bool on = !env_zero("DS4_CUDA_IDS_EARLY");
+  static const bool on = !env_is_zero("DS4_CUDA_IDS_EARLY");
   return on;
 }
 
@@ -1295,7 +1288,7 @@ namespace {
 
 // DS4_CUDA_MATMAT_LANE=0: the Q8_0/MXFP4 and float formats use matmat_kernel too (comparisons).
 bool lane_matmat_off() {
-  static const bool off = env_zero("DS4_CUDA_MATMAT_LANE");
+  static const bool off = env_is_zero("DS4_CUDA_MATMAT_LANE");
   return off;
 }
 
@@ -2503,26 +2496,26 @@ __global__ void __launch_bounds__(kQtThreads, 1) matmat_q8_tiled_kernel(MatmatAr
 // DS4_CUDA_FLOAT_TILED=0: dense float prefill matvecs through matmat_class_float_kernel instead of
 // the shared-memory tiled one (comparisons).
 bool float_tiled_off() {
-  static const bool off = env_zero("DS4_CUDA_FLOAT_TILED");
+  static const bool off = env_is_zero("DS4_CUDA_FLOAT_TILED");
   return off;
 }
 
 // DS4_CUDA_MATMAT_TILED=0: dense Q8_0 prefill matvecs through matmat_mma_kernel (comparisons).
 bool tiled_off() {
-  static const bool off = env_zero("DS4_CUDA_MATMAT_TILED");
+  static const bool off = env_is_zero("DS4_CUDA_MATMAT_TILED");
   return off;
 }
 
 // DS4_CUDA_MATMAT_MMA=0: Q8_0 / IQ2_XXS / Q2_K / Q4_K prefill matvecs through the token-per-lane / generic kernels.
 bool mma_off() {
-  static const bool off = env_zero("DS4_CUDA_MATMAT_MMA");
+  static const bool off = env_is_zero("DS4_CUDA_MATMAT_MMA");
   return off;
 }
 
 // DS4_CUDA_MATMAT_STAGED=0: expert-list IQ2_XXS / Q2_K / Q4_K prefill matvecs through
 // matmat_mma_kernel's direct fragment loads instead of the staged matmat_predecode_kernel.
 bool staged_off() {
-  static const bool off = env_zero("DS4_CUDA_MATMAT_STAGED");
+  static const bool off = env_is_zero("DS4_CUDA_MATMAT_STAGED");
   return off;
 }
 

@@ -29,4 +29,8 @@ class StreamGuard {
 /// profile (DS4_CUDA_PROFILE, which times operations one by one) is on.
 bool pdl_enabled();
 
+/// True when environment variable `name` is exactly "0": the DS4_CUDA_* switches that turn a
+/// default path off (docs/architecture.md).
+bool env_is_zero(const char* name);
+
 }  // namespace ds4::cuda
