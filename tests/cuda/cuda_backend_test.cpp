@@ -350,6 +350,35 @@ TEST_F(CudaVsCpu, GraphReplayEqualsKernelByKernelLaunches) {
   }
 }
 
+// Decode call sites launched without PDL (DS4_CUDA_NO_PDL, every site) give the same bytes as
+// the default launches; an unknown site name is a clear error when a session is made.
+TEST_F(CudaVsCpu, NoPdlSitesKeepResultsAndUnknownSitesAreErrors) {
+  open("q2");
+  if (IsSkipped()) return;
+  const auto prompt = prompt_tokens(40, engine_->config().n_vocab);
+  setenv("DS4_CUDA_NO_PDL", "hc_pre:qa_kv:q_b:attn:o_a:o_b:router:gate_up:down:shexp", 1);
+  auto off = gpu_->new_session(128);
+  setenv("DS4_CUDA_NO_PDL", "q_b:nope", 1);
+  try {
+    gpu_->new_session(128);
+    ADD_FAILURE() << "an unknown DS4_CUDA_NO_PDL site was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DS4_CUDA_NO_PDL: unknown site 'nope'"), std::string::npos) << e.what();
+  }
+  unsetenv("DS4_CUDA_NO_PDL");
+  auto on = gpu_->new_session(128);
+  std::vector<float> la(V_), lb(V_);
+  off->eval(prompt, 0, la, {});
+  on->eval(prompt, 0, lb, {});
+  ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), V_ * sizeof(float)));
+  for (int i = 0; i < 6; ++i) {  // decode steps: the sites are on the decode path
+    const int32_t t = argmax(la);
+    off->eval({&t, 1}, static_cast<int64_t>(prompt.size()) + i, la, {});
+    on->eval({&t, 1}, static_cast<int64_t>(prompt.size()) + i, lb, {});
+    ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), V_ * sizeof(float))) << "decode step " << i;
+  }
+}
+
 // The weight upload reports progress once per layer, in order, ending at the layer count (what
 // ds4's "upload to GPU" progress bar draws).
 TEST_F(CudaVsCpu, UploadReportsProgressPerLayer) {

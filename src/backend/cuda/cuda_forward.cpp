@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <string>
 
 #include "backend/cuda/launch_stream.h"
 #include "common/error.h"
@@ -39,7 +41,36 @@ StreamPriority stream_priority() {
   return StreamPriority::Side;
 }
 
+// DS4_CUDA_NO_PDL's site names, each a decode call site of attention_layer / ffn_layer.
+constexpr const char* kNoPdlSites[] = {"hc_pre", "qa_kv", "q_b", "attn", "o_a", "o_b",
+                                       "router", "gate_up", "down", "shexp"};
+
+// The DS4_CUDA_NO_PDL bits (kNoPdlSites' order). Throws ds4::Error on an unknown name.
+unsigned parse_no_pdl(const char* v) {
+  unsigned bits = 0;
+  std::string all;
+  for (const char* n : kNoPdlSites) all += std::string(all.empty() ? "" : ", ") + n;
+  const std::string list = v ? v : "";
+  size_t at = 0;
+  while (at <= list.size() && !list.empty()) {
+    const size_t end = std::min(list.find(':', at), list.size());
+    const std::string name = list.substr(at, end - at);
+    const auto* it = std::find_if(std::begin(kNoPdlSites), std::end(kNoPdlSites),
+                                  [&](const char* n) { return name == n; });
+    if (it == std::end(kNoPdlSites)) fail("DS4_CUDA_NO_PDL: unknown site '{}' (sites: {})", name, all);
+    bits |= 1u << (it - std::begin(kNoPdlSites));
+    at = end + 1;
+  }
+  return bits;
+}
+
 }  // namespace
+
+bool CudaForward::no_pdl(const char* site) const {
+  for (size_t i = 0; i < std::size(kNoPdlSites); ++i)
+    if (std::strcmp(kNoPdlSites[i], site) == 0) return (no_pdl_ >> i) & 1u;
+  return false;
+}
 
 CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx,
                          const ExpertShard* shard)
@@ -55,6 +86,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   use_graphs_ = !env_is_zero("DS4_CUDA_GRAPH");
   attn_rope_fused_ = !env_is_zero("DS4_CUDA_ATTN_ROPE_FUSED");
   hc_fused_ = !env_is_zero("DS4_CUDA_HC_FUSED");
+  no_pdl_ = parse_no_pdl(std::getenv("DS4_CUDA_NO_PDL"));
   if (StepProfile::requested()) {
     prof_ = std::make_unique<StepProfile>();
     use_graphs_ = false;
@@ -342,9 +374,13 @@ void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
   pre.ticket = hc_ticket_.get();
   // The pre weights, the sublayer's input and its norm in the projection's last block, or
   // (matrices hc_norm_matvec does not take, DS4_CUDA_HC_FUSED=0) in a launch of their own.
-  const bool fused = hc_fused_ && hc_norm_matvec(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x_.get(),
-                                                 c_.rms_eps, mix_.get(), &pre);
-  if (!fused) hc_norm_mv(fn, x_.get(), mix_.get());
+  bool fused = false;
+  {
+    const PdlOffGuard off(no_pdl("hc_pre"));
+    fused = hc_fused_ && hc_norm_matvec(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x_.get(), c_.rms_eps,
+                                        mix_.get(), &pre);
+    if (!fused) hc_norm_mv(fn, x_.get(), mix_.get());
+  }
   mark(fused ? "hc_pre norm+fn matvec+weights" : "hc_pre norm+fn matvec");
   // The Sinkhorn iterations (post, comb) are only needed by this sublayer's hc_post: they run on
   // the side stream, beside the sublayer, and hc_post waits for them (join_sinkhorn).
@@ -430,7 +466,10 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     end_branch();
   }
   // Query low-rank input and KV row (spec §3.4.1-2) from the same input, one launch.
-  pair(op_h(L.attn_q_a, qr_.get()), op_h(L.attn_kv, kv_row_.get()));
+  {
+    const PdlOffGuard off(no_pdl("qa_kv"));
+    pair(op_h(L.attn_q_a, qr_.get()), op_h(L.attn_kv, kv_row_.get()));
+  }
   mark("attn_q_a+kv matvecs");
   // The q_a norm also quantizes its output for q_b when q_b reads Q8_0 activations.
   MatvecOp qb = op(L.attn_q_b, qr_.get(), q_.get());
@@ -467,7 +506,10 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     n_sel = c_.indexer_top_k;
   }
   end_beside(aux_, aux_join_);
-  matvec_op(qb);
+  {
+    const PdlOffGuard off(no_pdl("q_b"));
+    matvec_op(qb);
+  }
   mark("attn_q_b matvec");
   norm_rope(q_.get(), nullptr, HD, nhead, c_.rms_eps, rope, n_pair_, pos, 0, nullptr, 0);
   mark("q head norm+rope");
@@ -475,9 +517,13 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   if (ratio) join_branch();  // the compressed rows, this position's included
   // The inverse RoPE of the attention output in its combine launch, or (DS4_CUDA_ATTN_ROPE_FUSED=0,
   // shapes the combine declines) a launch of its own.
-  const bool roped = sink_attention(q_.get(), L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos,
+  bool roped = false;
+  {
+    const PdlOffGuard off(no_pdl("attn"));
+    roped = sink_attention(q_.get(), L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos,
                                     kv.comp.get(), ratio, sel, n_sel, max_rows, att_scratch_.get(), attn_.get(),
                                     attn_rope_fused_ ? rope : nullptr, n_pair_);
+  }
   mark(ratio == 0 ? "attention (window)" : ratio == 4 ? "attention (ratio 4)" : "attention (ratio 128)");
   if (!roped) {
     rope_tail(attn_.get(), nhead, HD, rope, n_pair_, pos, true);
@@ -485,10 +531,16 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   }
   // Grouped low-rank output projection (spec §3.4.9): group g reads its heads' slice.
   const int64_t GI = c_.group_in_dim(), OL = c_.o_lora_rank;
-  matvec(L.attn_output_a, 0, OL, OL, nullptr, static_cast<int>(c_.n_out_group), attn_.get(), GI,
-         low_.get(), OL, act_.get());
+  {
+    const PdlOffGuard off(no_pdl("o_a"));
+    matvec(L.attn_output_a, 0, OL, OL, nullptr, static_cast<int>(c_.n_out_group), attn_.get(), GI, low_.get(), OL,
+           act_.get());
+  }
   mark("attn_output_a matvec");
-  mv(L.attn_output_b, low_.get(), y_.get());
+  {
+    const PdlOffGuard off(no_pdl("o_b"));
+    mv(L.attn_output_b, low_.get(), y_.get());
+  }
   mark("attn_output_b matvec");
   join_sinkhorn();
   hc_post(y_.get(), x_.get(), post_.get(), comb_.get(), static_cast<int>(c_.n_hc), D, x_next_.get());
@@ -505,15 +557,21 @@ void CudaForward::ffn_layer(uint32_t il) {
   hc_pre(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm);  // h_ = ffn_norm(sub_in)
   // Shared expert on the branch stream (its own buffers), beside the router and routed experts.
   begin_branch();
-  pair(op_h(L.ffn_gate_shexp, sh_gate_.get(), branch_act_.get()),
-       op_h(L.ffn_up_shexp, sh_up_.get(), branch_act_.get()));
-  mark("shexp gate+up matvecs");
-  swiglu_matvec(op(L.ffn_down_shexp, nullptr, sh_down_.get(), branch_act_.get()), sh_gate_.get(), sh_up_.get(),
-                clamp, nullptr, sh_mid_.get());
-  mark("swiglu+shexp down matvec");
+  {
+    const PdlOffGuard off(no_pdl("shexp"));
+    pair(op_h(L.ffn_gate_shexp, sh_gate_.get(), branch_act_.get()),
+         op_h(L.ffn_up_shexp, sh_up_.get(), branch_act_.get()));
+    mark("shexp gate+up matvecs");
+    swiglu_matvec(op(L.ffn_down_shexp, nullptr, sh_down_.get(), branch_act_.get()), sh_gate_.get(), sh_up_.get(),
+                  clamp, nullptr, sh_mid_.get());
+    mark("swiglu+shexp down matvec");
+  }
   end_branch();
   // Router (spec §3.5); expert ids stay on the device.
-  mv(L.ffn_gate_inp, h_.get(), router_logits_.get());
+  {
+    const PdlOffGuard off(no_pdl("router"));
+    mv(L.ffn_gate_inp, h_.get(), router_logits_.get());
+  }
   mark("router matvec");
   const bool hash = c_.is_hash_layer(il);
   router(router_logits_.get(), static_cast<int>(c_.n_expert),
@@ -536,14 +594,20 @@ void CudaForward::ffn_layer(uint32_t il) {
     o->groups = U;
     o->y_stride = FF;
   }
-  pair(g_op, u_op);
+  {
+    const PdlOffGuard off(no_pdl("gate_up"));
+    pair(g_op, u_op);
+  }
   mark("ffn_gate+up_exps matvecs");
   MatvecOp d_op = op(L.ffn_down_exps, nullptr, down_.get());
   d_op.n_rows = d_op.group_rows = D;
   d_op.ids = ids;
   d_op.groups = U;
   d_op.y_stride = D;
-  swiglu_matvec(d_op, gate_.get(), up_.get(), clamp, sel_w_.get(), mid_.get());
+  {
+    const PdlOffGuard off(no_pdl("down"));
+    swiglu_matvec(d_op, gate_.get(), up_.get(), clamp, sel_w_.get(), mid_.get());
+  }
   mark("swiglu+ffn_down_exps matvec");
   // Expert parallelism: each slot's output row is computed by exactly one rank and is zero on
   // the others, so summing the rows over ranks reproduces every value exactly (x + 0 = x), and

@@ -235,6 +235,11 @@ class CudaForward {
   DeviceArray<unsigned> hc_ticket_;  // hc_norm_matvec's last-block counter for the fused hc_pre
   bool hc_fused_ = true;  // hc_pre weights in the projection's last block (DS4_CUDA_HC_FUSED=0: off)
   bool attn_rope_fused_ = true;  // inverse RoPE in the attention's combine launch (DS4_CUDA_ATTN_ROPE_FUSED=0: off)
+  // Decode call sites whose launches skip PDL (DS4_CUDA_NO_PDL, colon-separated site names; a
+  // bit per kNoPdlSites entry): comparisons of where a dependent's blocks, parked early on the
+  // SMs, cost more than the launch latency PDL hides.
+  unsigned no_pdl_ = 0;
+  bool no_pdl(const char* site) const;
 };
 
 }  // namespace ds4::cuda

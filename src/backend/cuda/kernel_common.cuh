@@ -57,7 +57,8 @@ __device__ bool last_block_done(unsigned* ticket, unsigned n) {
 }
 
 // Launches `kernel` on the launch stream, with programmatic stream serialization when
-// pdl_enabled(). Launch errors surface at the next check of cudaGetLastError (as <<<>>>).
+// pdl_enabled() and no PdlOffGuard holds it off. Launch errors surface at the next check of
+// cudaGetLastError (as <<<>>>).
 template <typename... Params, typename... Args>
 void launch_k(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
   cudaLaunchConfig_t cfg{};
@@ -69,7 +70,7 @@ void launch_k(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Arg
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = pdl_enabled() && !pdl_suppressed() ? 1 : 0;
   cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 

@@ -320,6 +320,11 @@ cudaStream_t& launch_stream() {
   return s;
 }
 
+bool& pdl_suppressed() {
+  static thread_local bool off = false;
+  return off;
+}
+
 bool env_is_zero(const char* name) {
   const char* v = std::getenv(name);
   return v && std::strcmp(v, "0") == 0;

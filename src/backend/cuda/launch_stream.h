@@ -22,6 +22,23 @@ class StreamGuard {
   cudaStream_t prev_;
 };
 
+/// Whether the current thread's launches are made without PDL (PdlOffGuard; assignable).
+bool& pdl_suppressed();
+
+/// Launches made during the guard's lifetime skip PDL when `off`: each then starts only once the
+/// launch before it on the stream has completed, so its blocks do not park on the SMs
+/// (registers, shared memory) while that launch runs (DS4_CUDA_NO_PDL, cuda_forward.cpp).
+class PdlOffGuard {
+ public:
+  explicit PdlOffGuard(bool off) : prev_(pdl_suppressed()) { pdl_suppressed() = prev_ || off; }
+  ~PdlOffGuard() { pdl_suppressed() = prev_; }
+  PdlOffGuard(const PdlOffGuard&) = delete;
+  PdlOffGuard& operator=(const PdlOffGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
 /// Whether kernels launch with programmatic dependent launch (PDL, Hopper and later): each
 /// forward kernel may then be scheduled while its predecessor on the stream finishes, and waits
 /// for it (griddepcontrol.wait) before touching any data the predecessor wrote or reads. True
