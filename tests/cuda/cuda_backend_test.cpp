@@ -17,6 +17,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_forward.h"
 #include "common/error.h"
 #include "cuda_test_util.h"
 #include "engine/engine.h"
@@ -38,6 +39,18 @@ int32_t argmax(std::span<const float> v) {
 }
 
 bool have_device() { return cuda::device_count() > 0; }
+
+// Greedy decode of `steps` tokens on two sessions from their logits la and lb (byte-equal on
+// entry, the next position pos0): the logits must stay byte-equal at every step.
+void expect_equal_greedy_decode(BackendSession& a, BackendSession& b, std::vector<float>& la, std::vector<float>& lb,
+                                int64_t pos0, int steps) {
+  for (int i = 0; i < steps; ++i) {
+    const int32_t t = argmax(la);
+    a.eval({&t, 1}, pos0 + i, la, {});
+    b.eval({&t, 1}, pos0 + i, lb, {});
+    ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float))) << "decode step " << i;
+  }
+}
 
 class CudaVsCpu : public ::testing::Test {
  protected:
@@ -342,12 +355,8 @@ TEST_F(CudaVsCpu, GraphReplayEqualsKernelByKernelLaunches) {
   eager->eval(prompt, 0, la, a);
   graph->eval(prompt, 0, lb, b);
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
-  for (int i = 0; i < 8; ++i) {  // decode steps (logits graph) after the prefill
-    const int32_t t = argmax(la);
-    eager->eval({&t, 1}, static_cast<int64_t>(prompt.size()) + i, la, {});
-    graph->eval({&t, 1}, static_cast<int64_t>(prompt.size()) + i, lb, {});
-    ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), V_ * sizeof(float))) << "decode step " << i;
-  }
+  // Decode steps (logits graph) after the prefill.
+  expect_equal_greedy_decode(*eager, *graph, la, lb, static_cast<int64_t>(prompt.size()), 8);
 }
 
 // Decode call sites launched without PDL (DS4_CUDA_NO_PDL, every site) give the same bytes as
@@ -371,11 +380,31 @@ TEST_F(CudaVsCpu, NoPdlSitesKeepResultsAndUnknownSitesAreErrors) {
   off->eval(prompt, 0, la, {});
   on->eval(prompt, 0, lb, {});
   ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), V_ * sizeof(float)));
-  for (int i = 0; i < 6; ++i) {  // decode steps: the sites are on the decode path
-    const int32_t t = argmax(la);
-    off->eval({&t, 1}, static_cast<int64_t>(prompt.size()) + i, la, {});
-    on->eval({&t, 1}, static_cast<int64_t>(prompt.size()) + i, lb, {});
-    ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), V_ * sizeof(float))) << "decode step " << i;
+  // Decode steps: the sites are on the decode path.
+  expect_equal_greedy_decode(*off, *on, la, lb, static_cast<int64_t>(prompt.size()), 6);
+}
+
+// DS4_CUDA_NO_PDL's parser (host only, no device needed): the sites' bits in NoPdlSite order,
+// none for an unset or empty value, an error naming an unknown or empty site.
+TEST(CudaNoPdlSites, ParsesSiteListsAndRejectsUnknownNames) {
+  using cuda::NoPdlSite;
+  const auto bit = [](NoPdlSite s) { return 1u << static_cast<unsigned>(s); };
+  EXPECT_EQ(cuda::parse_no_pdl_sites(nullptr), 0u);
+  EXPECT_EQ(cuda::parse_no_pdl_sites(""), 0u);
+  EXPECT_EQ(cuda::parse_no_pdl_sites("shexp"), bit(NoPdlSite::Shexp));
+  EXPECT_EQ(cuda::parse_no_pdl_sites("hc_pre:gate_up:hc_pre"), bit(NoPdlSite::HcPre) | bit(NoPdlSite::GateUp));
+  EXPECT_EQ(cuda::parse_no_pdl_sites("hc_pre:qa_kv:q_b:attn:o_a:o_b:router:gate_up:down:shexp"),
+            (1u << static_cast<unsigned>(NoPdlSite::Count)) - 1);
+  for (const char* bad : {"nope", "q_b:", "q_b::down", "Q_B"}) {
+    try {
+      cuda::parse_no_pdl_sites(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("DS4_CUDA_NO_PDL: unknown site"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("(sites: hc_pre, qa_kv, q_b, attn, o_a, o_b, router, gate_up, down, shexp)"),
+                std::string::npos)
+          << e.what();
+    }
   }
 }
 

@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
-#include <string>
+#include <string_view>
+
+#include <fmt/ranges.h>
 
 #include "backend/cuda/launch_stream.h"
 #include "common/error.h"
@@ -41,35 +43,24 @@ StreamPriority stream_priority() {
   return StreamPriority::Side;
 }
 
-// DS4_CUDA_NO_PDL's site names, each a decode call site of attention_layer / ffn_layer.
-constexpr const char* kNoPdlSites[] = {"hc_pre", "qa_kv", "q_b", "attn", "o_a", "o_b",
-                                       "router", "gate_up", "down", "shexp"};
+}  // namespace
 
-// The DS4_CUDA_NO_PDL bits (kNoPdlSites' order). Throws ds4::Error on an unknown name.
-unsigned parse_no_pdl(const char* v) {
+unsigned parse_no_pdl_sites(const char* list) {
+  static constexpr std::string_view kNames[] = {"hc_pre", "qa_kv", "q_b", "attn", "o_a", "o_b",
+                                                "router", "gate_up", "down", "shexp"};
+  static_assert(std::size(kNames) == static_cast<size_t>(NoPdlSite::Count));
   unsigned bits = 0;
-  std::string all;
-  for (const char* n : kNoPdlSites) all += std::string(all.empty() ? "" : ", ") + n;
-  const std::string list = v ? v : "";
-  size_t at = 0;
-  while (at <= list.size() && !list.empty()) {
-    const size_t end = std::min(list.find(':', at), list.size());
-    const std::string name = list.substr(at, end - at);
-    const auto* it = std::find_if(std::begin(kNoPdlSites), std::end(kNoPdlSites),
-                                  [&](const char* n) { return name == n; });
-    if (it == std::end(kNoPdlSites)) fail("DS4_CUDA_NO_PDL: unknown site '{}' (sites: {})", name, all);
-    bits |= 1u << (it - std::begin(kNoPdlSites));
+  const std::string_view all = list ? list : "";
+  for (size_t at = 0; !all.empty() && at <= all.size();) {
+    const size_t end = std::min(all.find(':', at), all.size());
+    const std::string_view name = all.substr(at, end - at);
+    const auto* it = std::find(std::begin(kNames), std::end(kNames), name);
+    if (it == std::end(kNames))
+      fail("DS4_CUDA_NO_PDL: unknown site '{}' (sites: {})", name, fmt::join(kNames, ", "));
+    bits |= 1u << (it - std::begin(kNames));
     at = end + 1;
   }
   return bits;
-}
-
-}  // namespace
-
-bool CudaForward::no_pdl(const char* site) const {
-  for (size_t i = 0; i < std::size(kNoPdlSites); ++i)
-    if (std::strcmp(kNoPdlSites[i], site) == 0) return (no_pdl_ >> i) & 1u;
-  return false;
 }
 
 CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx,
@@ -86,7 +77,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   use_graphs_ = !env_is_zero("DS4_CUDA_GRAPH");
   attn_rope_fused_ = !env_is_zero("DS4_CUDA_ATTN_ROPE_FUSED");
   hc_fused_ = !env_is_zero("DS4_CUDA_HC_FUSED");
-  no_pdl_ = parse_no_pdl(std::getenv("DS4_CUDA_NO_PDL"));
+  no_pdl_ = parse_no_pdl_sites(std::getenv("DS4_CUDA_NO_PDL"));
   if (StepProfile::requested()) {
     prof_ = std::make_unique<StepProfile>();
     use_graphs_ = false;
@@ -376,7 +367,7 @@ void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
   // (matrices hc_norm_matvec does not take, DS4_CUDA_HC_FUSED=0) in a launch of their own.
   bool fused = false;
   {
-    const PdlOffGuard off(no_pdl("hc_pre"));
+    const PdlOffGuard off(no_pdl(NoPdlSite::HcPre));
     fused = hc_fused_ && hc_norm_matvec(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x_.get(), c_.rms_eps,
                                         mix_.get(), &pre);
     if (!fused) hc_norm_mv(fn, x_.get(), mix_.get());
@@ -467,7 +458,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   }
   // Query low-rank input and KV row (spec §3.4.1-2) from the same input, one launch.
   {
-    const PdlOffGuard off(no_pdl("qa_kv"));
+    const PdlOffGuard off(no_pdl(NoPdlSite::QaKv));
     pair(op_h(L.attn_q_a, qr_.get()), op_h(L.attn_kv, kv_row_.get()));
   }
   mark("attn_q_a+kv matvecs");
@@ -507,7 +498,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   }
   end_beside(aux_, aux_join_);
   {
-    const PdlOffGuard off(no_pdl("q_b"));
+    const PdlOffGuard off(no_pdl(NoPdlSite::Qb));
     matvec_op(qb);
   }
   mark("attn_q_b matvec");
@@ -519,7 +510,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   // shapes the combine declines) a launch of its own.
   bool roped = false;
   {
-    const PdlOffGuard off(no_pdl("attn"));
+    const PdlOffGuard off(no_pdl(NoPdlSite::Attn));
     roped = sink_attention(q_.get(), L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos,
                                     kv.comp.get(), ratio, sel, n_sel, max_rows, att_scratch_.get(), attn_.get(),
                                     attn_rope_fused_ ? rope : nullptr, n_pair_);
@@ -532,13 +523,13 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   // Grouped low-rank output projection (spec §3.4.9): group g reads its heads' slice.
   const int64_t GI = c_.group_in_dim(), OL = c_.o_lora_rank;
   {
-    const PdlOffGuard off(no_pdl("o_a"));
+    const PdlOffGuard off(no_pdl(NoPdlSite::Oa));
     matvec(L.attn_output_a, 0, OL, OL, nullptr, static_cast<int>(c_.n_out_group), attn_.get(), GI, low_.get(), OL,
            act_.get());
   }
   mark("attn_output_a matvec");
   {
-    const PdlOffGuard off(no_pdl("o_b"));
+    const PdlOffGuard off(no_pdl(NoPdlSite::Ob));
     mv(L.attn_output_b, low_.get(), y_.get());
   }
   mark("attn_output_b matvec");
@@ -558,7 +549,7 @@ void CudaForward::ffn_layer(uint32_t il) {
   // Shared expert on the branch stream (its own buffers), beside the router and routed experts.
   begin_branch();
   {
-    const PdlOffGuard off(no_pdl("shexp"));
+    const PdlOffGuard off(no_pdl(NoPdlSite::Shexp));
     pair(op_h(L.ffn_gate_shexp, sh_gate_.get(), branch_act_.get()),
          op_h(L.ffn_up_shexp, sh_up_.get(), branch_act_.get()));
     mark("shexp gate+up matvecs");
@@ -569,7 +560,7 @@ void CudaForward::ffn_layer(uint32_t il) {
   end_branch();
   // Router (spec §3.5); expert ids stay on the device.
   {
-    const PdlOffGuard off(no_pdl("router"));
+    const PdlOffGuard off(no_pdl(NoPdlSite::Router));
     mv(L.ffn_gate_inp, h_.get(), router_logits_.get());
   }
   mark("router matvec");
@@ -595,7 +586,7 @@ void CudaForward::ffn_layer(uint32_t il) {
     o->y_stride = FF;
   }
   {
-    const PdlOffGuard off(no_pdl("gate_up"));
+    const PdlOffGuard off(no_pdl(NoPdlSite::GateUp));
     pair(g_op, u_op);
   }
   mark("ffn_gate+up_exps matvecs");
@@ -605,7 +596,7 @@ void CudaForward::ffn_layer(uint32_t il) {
   d_op.groups = U;
   d_op.y_stride = D;
   {
-    const PdlOffGuard off(no_pdl("down"));
+    const PdlOffGuard off(no_pdl(NoPdlSite::Down));
     swiglu_matvec(d_op, gate_.get(), up_.get(), clamp, sel_w_.get(), mid_.get());
   }
   mark("swiglu+ffn_down_exps matvec");

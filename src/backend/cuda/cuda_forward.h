@@ -45,6 +45,15 @@ struct DevLayerKv {
   uint32_t comp_tokens = 0, index_tokens = 0;  ///< tokens pushed into each frontier
 };
 
+/// Decode call sites whose launches DS4_CUDA_NO_PDL can make without PDL (attention_layer /
+/// ffn_layer; names in parse_no_pdl_sites' order).
+enum class NoPdlSite : unsigned { HcPre, QaKv, Qb, Attn, Oa, Ob, Router, GateUp, Down, Shexp, Count };
+
+/// The DS4_CUDA_NO_PDL value `list` (null or empty: none; else colon-separated names hc_pre,
+/// qa_kv, q_b, attn, o_a, o_b, router, gate_up, down, shexp) as a bit per NoPdlSite. Throws
+/// ds4::Error naming the unknown site and the valid ones.
+unsigned parse_no_pdl_sites(const char* list);
+
 /// Runs tokens through the model on the device for one session of `ctx` tokens.
 class CudaForward {
  public:
@@ -235,11 +244,11 @@ class CudaForward {
   DeviceArray<unsigned> hc_ticket_;  // hc_norm_matvec's last-block counter for the fused hc_pre
   bool hc_fused_ = true;  // hc_pre weights in the projection's last block (DS4_CUDA_HC_FUSED=0: off)
   bool attn_rope_fused_ = true;  // inverse RoPE in the attention's combine launch (DS4_CUDA_ATTN_ROPE_FUSED=0: off)
-  // Decode call sites whose launches skip PDL (DS4_CUDA_NO_PDL, colon-separated site names; a
-  // bit per kNoPdlSites entry): comparisons of where a dependent's blocks, parked early on the
-  // SMs, cost more than the launch latency PDL hides.
+  // Decode call sites whose launches skip PDL (DS4_CUDA_NO_PDL, a bit per NoPdlSite):
+  // comparisons of where a dependent's blocks, parked early on the SMs, cost more than the
+  // launch latency PDL hides.
   unsigned no_pdl_ = 0;
-  bool no_pdl(const char* site) const;
+  bool no_pdl(NoPdlSite s) const { return (no_pdl_ >> static_cast<unsigned>(s)) & 1u; }
 };
 
 }  // namespace ds4::cuda
