@@ -30,7 +30,8 @@
 # ds4-bench carried in DIR instead (another build: e.g. AB="- @.device/old" compares a branch's
 # binaries with main's; DIR's binary uses BIN_DIR's lib/), "@DIR,VAR=value,..." with those
 # variables set.
-# ROUNDS: how many times decode / prefill alternate the entries (default 2).
+# ROUNDS: how many times decode / prefill alternate the entries (default 2; even rounds run them
+# in reverse order, so that a drift along a round — clocks, temperature — cancels in pairs).
 # DECODE_CTX_MAX: the decode step's largest context (default 32768; 2048: the 2K run only).
 # Logs go to $OUT (the device tool's folder) or ./device-out.
 set -uo pipefail
@@ -129,7 +130,9 @@ for step in $STEPS; do
       ;;
     decode|prefill|kprof)
       for round in $(seq "${ROUNDS:-2}"); do
-        for entry in $AB; do
+        order=$AB  # even rounds in reverse (ABBA): an entry's place in the round cancels out
+        (( round % 2 == 0 )) && order=$(printf '%s\n' $AB | tac | tr '\n' ' ')
+        for entry in $order; do
           tag="$step.$round.${entry//[^A-Za-z0-9_]/_}"
           case $step in
             decode) args=(--fill-state --ctx-start 2048 --ctx-max "${DECODE_CTX_MAX:-32768}" --step-mul 4 -n 32 --repeat 2) ;;

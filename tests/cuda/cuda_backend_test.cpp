@@ -360,7 +360,7 @@ TEST_F(CudaVsCpu, GraphReplayEqualsKernelByKernelLaunches) {
 }
 
 // Decode call sites launched without PDL (DS4_CUDA_NO_PDL, every site) give the same bytes as
-// the default launches; an unknown site name is a clear error when a session is made.
+// launches with PDL at every site (an empty value); an unknown site name is a clear error when a session is made.
 TEST_F(CudaVsCpu, NoPdlSitesKeepResultsAndUnknownSitesAreErrors) {
   open("q2");
   if (IsSkipped()) return;
@@ -374,8 +374,9 @@ TEST_F(CudaVsCpu, NoPdlSitesKeepResultsAndUnknownSitesAreErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("DS4_CUDA_NO_PDL: unknown site 'nope'"), std::string::npos) << e.what();
   }
-  unsetenv("DS4_CUDA_NO_PDL");
+  setenv("DS4_CUDA_NO_PDL", "", 1);  // every site with PDL (unset: the default, shexp without)
   auto on = gpu_->new_session(128);
+  unsetenv("DS4_CUDA_NO_PDL");
   std::vector<float> la(V_), lb(V_);
   off->eval(prompt, 0, la, {});
   on->eval(prompt, 0, lb, {});
@@ -385,11 +386,12 @@ TEST_F(CudaVsCpu, NoPdlSitesKeepResultsAndUnknownSitesAreErrors) {
 }
 
 // DS4_CUDA_NO_PDL's parser (host only, no device needed): the sites' bits in NoPdlSite order,
-// none for an unset or empty value, an error naming an unknown or empty site.
+// the shared expert's for an unset value (the default), none for an empty one, an error naming
+// an unknown or empty site.
 TEST(CudaNoPdlSites, ParsesSiteListsAndRejectsUnknownNames) {
   using cuda::NoPdlSite;
   const auto bit = [](NoPdlSite s) { return 1u << static_cast<unsigned>(s); };
-  EXPECT_EQ(cuda::parse_no_pdl_sites(nullptr), 0u);
+  EXPECT_EQ(cuda::parse_no_pdl_sites(nullptr), bit(NoPdlSite::Shexp));
   EXPECT_EQ(cuda::parse_no_pdl_sites(""), 0u);
   EXPECT_EQ(cuda::parse_no_pdl_sites("shexp"), bit(NoPdlSite::Shexp));
   EXPECT_EQ(cuda::parse_no_pdl_sites("hc_pre:gate_up:hc_pre"), bit(NoPdlSite::HcPre) | bit(NoPdlSite::GateUp));

@@ -339,6 +339,20 @@ TEST_F(CudaKernels, MatvecMatchesCpuForEveryTypeAndPath) {
       quant::matvec(type, w.data(), short_rows, sh.cols, x.data(), want_b.data());
       EXPECT_EQ(pa, std::vector<float>(want.begin(), want.begin() + sh.rows));
       EXPECT_EQ(pb, want_b);
+      // A pair with one input quantized beforehand (group 0's, act_ready) and one f32 (group 2's),
+      // quantized for the launch into its own buffer (float weights read x itself: not here).
+      if (cuda::act_format(static_cast<uint32_t>(type)) == cuda::ActFormat::F32) continue;
+      cuda::quantize_rows(static_cast<uint32_t>(type), dx.get(), 0, sh.cols, 1, act.get());
+      a.x = nullptr;
+      a.act_ready = true;
+      b.x = dx.get() + 2 * sh.cols;
+      cuda::matvec_pair(a, b);
+      cuda::check(cudaDeviceSynchronize(), "matvec_pair, one input ready");
+      dy.download(pa.data(), pa.size());
+      dy2.download(pb.data(), pb.size());
+      quant::matvec(type, w.data(), short_rows, sh.cols, &x[static_cast<size_t>(2 * sh.cols)], want_b.data());
+      EXPECT_EQ(pa, std::vector<float>(want.begin(), want.begin() + sh.rows));
+      EXPECT_EQ(pb, want_b);
     }
   }
 }
@@ -405,14 +419,16 @@ TEST_F(CudaKernels, FusedActivationQuantizationMatchesCpu) {
   // SwiGLU into the down projection: 3 groups of 512 hidden values, experts {1, 3, 0} of 4; and
   // (the decode step's shape class: the row-slice launch reading its ids before its PDL wait,
   // 8 Q8_K blocks per group, several blocks per group) 4 groups of 2048, experts {2, 0, -1, 3}
-  // (-1: an expert this device does not hold, zeros), group 0's first 256 values zero.
+  // (-1: an expert this device does not hold, zeros), group 0's first 256 values zero; and the
+  // shared expert's form: one group of 2048 without ids or gate weights (empty ids).
   struct Shape { int64_t n, rows; std::vector<int32_t> ids; };
-  const Shape shapes[] = {{512, 40, {1, 3, 0}}, {2048, 600, {2, 0, -1, 3}}};
+  const Shape shapes[] = {{512, 40, {1, 3, 0}}, {2048, 600, {2, 0, -1, 3}}, {2048, 300, {}}};
   for (const Shape& sh : shapes)
   for (const GgmlType type : {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::IQ2_XXS, GgmlType::F16}) {
     SCOPED_TRACE(std::string(ggml_type_info(static_cast<uint32_t>(type))->name) + " n " + std::to_string(sh.n));
     const int64_t n = sh.n, rows = sh.rows, experts = 4;
-    const int groups = static_cast<int>(sh.ids.size());
+    const bool shared = sh.ids.empty();
+    const int groups = shared ? 1 : static_cast<int>(sh.ids.size());
     const size_t rb = quant::row_bytes(type, n);
     std::vector<uint8_t> w(rb * rows * experts);
     std::vector<float> row(n);
@@ -424,13 +440,13 @@ TEST_F(CudaKernels, FusedActivationQuantizationMatchesCpu) {
     for (float& v : gate) v = 3.0f * nd(rng);
     for (float& v : up) v = 3.0f * nd(rng);
     if (n >= 2048) std::fill_n(gate.begin(), 256, 0.0f);
-    const std::vector<int32_t>& ids = sh.ids;
+    const std::vector<int32_t> ids = shared ? std::vector<int32_t>{0} : sh.ids;
     const float clamp = 4.0f;
     std::vector<float> want(groups * rows, 0.0f), mid(n);
     for (int g = 0; g < groups; ++g) {
       if (ids[g] < 0) continue;
       model::expert_swiglu(std::span<const float>(&gate[g * n], n), std::span<const float>(&up[g * n], n), clamp,
-                           gw[g], mid);
+                           shared ? 1.0f : gw[g], mid);
       quant::matvec(type, &w[static_cast<size_t>(ids[g] * rows) * rb], rows, n, mid.data(), &want[g * rows]);
     }
     cuda::DeviceArray<uint8_t> dw(w.size());
@@ -444,8 +460,9 @@ TEST_F(CudaKernels, FusedActivationQuantizationMatchesCpu) {
     cuda::DeviceArray<int32_t> dids(ids.size());
     dids.upload(ids.data(), ids.size());
     cuda::DeviceArray<uint8_t> act(cuda::act_row_bytes(static_cast<uint32_t>(type), n) * groups + 16);
-    cuda::MatvecOp op{&m, 0, rows, rows, dids.get(), groups, nullptr, 0, dy.get(), rows, act.get(), false};
-    cuda::swiglu_matvec(op, dg.get(), du.get(), clamp, dgw.get(), dmid.get());
+    cuda::MatvecOp op{&m, 0, rows, rows, shared ? nullptr : dids.get(), groups, nullptr, 0, dy.get(), rows, act.get(),
+                      false};
+    cuda::swiglu_matvec(op, dg.get(), du.get(), clamp, shared ? nullptr : dgw.get(), dmid.get());
     cuda::check(cudaDeviceSynchronize(), "swiglu_matvec");
     EXPECT_EQ(download(dy, want.size()), want);
   }

@@ -49,8 +49,11 @@ unsigned parse_no_pdl_sites(const char* list) {
   static constexpr std::string_view kNames[] = {"hc_pre", "qa_kv", "q_b", "attn", "o_a", "o_b",
                                                 "router", "gate_up", "down", "shexp"};
   static_assert(std::size(kNames) == static_cast<size_t>(NoPdlSite::Count));
+  // The shared expert runs on the branch stream beside the router and the routed experts: with
+  // PDL its down projection's blocks parked on the SMs while its gate/up launch ran.
+  if (list == nullptr) return 1u << static_cast<unsigned>(NoPdlSite::Shexp);
   unsigned bits = 0;
-  const std::string_view all = list ? list : "";
+  const std::string_view all = list;
   for (size_t at = 0; !all.empty() && at <= all.size();) {
     const size_t end = std::min(all.find(':', at), all.size());
     const std::string_view name = all.substr(at, end - at);
