@@ -365,7 +365,7 @@ TEST_F(CudaVsCpu, NoPdlSitesKeepResultsAndUnknownSitesAreErrors) {
   open("q2");
   if (IsSkipped()) return;
   const auto prompt = prompt_tokens(40, engine_->config().n_vocab);
-  setenv("DS4_CUDA_NO_PDL", "hc_pre:qa_kv:q_b:attn:o_a:o_b:router:gate_up:down:shexp", 1);
+  setenv("DS4_CUDA_NO_PDL", "hc_pre:qa_kv:q_b:attn:o_a:o_b:router:gate_up:down:shexp:comp:aux:sinkhorn", 1);
   auto off = gpu_->new_session(128);
   setenv("DS4_CUDA_NO_PDL", "q_b:nope", 1);
   try {
@@ -395,7 +395,7 @@ TEST(CudaNoPdlSites, ParsesSiteListsAndRejectsUnknownNames) {
   EXPECT_EQ(cuda::parse_no_pdl_sites(""), 0u);
   EXPECT_EQ(cuda::parse_no_pdl_sites("shexp"), bit(NoPdlSite::Shexp));
   EXPECT_EQ(cuda::parse_no_pdl_sites("hc_pre:gate_up:hc_pre"), bit(NoPdlSite::HcPre) | bit(NoPdlSite::GateUp));
-  EXPECT_EQ(cuda::parse_no_pdl_sites("hc_pre:qa_kv:q_b:attn:o_a:o_b:router:gate_up:down:shexp"),
+  EXPECT_EQ(cuda::parse_no_pdl_sites("hc_pre:qa_kv:q_b:attn:o_a:o_b:router:gate_up:down:shexp:comp:aux:sinkhorn"),
             (1u << static_cast<unsigned>(NoPdlSite::Count)) - 1);
   for (const char* bad : {"nope", "q_b:", "q_b::down", "Q_B"}) {
     try {
@@ -403,7 +403,7 @@ TEST(CudaNoPdlSites, ParsesSiteListsAndRejectsUnknownNames) {
       ADD_FAILURE() << bad << " was accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("DS4_CUDA_NO_PDL: unknown site"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("(sites: hc_pre, qa_kv, q_b, attn, o_a, o_b, router, gate_up, down, shexp)"),
+      EXPECT_NE(std::string(e.what()).find("(sites: hc_pre, qa_kv, q_b, attn, o_a, o_b, router, gate_up, down, shexp, comp, aux, sinkhorn)"),
                 std::string::npos)
           << e.what();
     }

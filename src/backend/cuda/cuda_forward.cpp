@@ -47,7 +47,7 @@ StreamPriority stream_priority() {
 
 unsigned parse_no_pdl_sites(const char* list) {
   static constexpr std::string_view kNames[] = {"hc_pre", "qa_kv", "q_b", "attn", "o_a", "o_b",
-                                                "router", "gate_up", "down", "shexp"};
+                                                "router", "gate_up", "down", "shexp", "comp", "aux", "sinkhorn"};
   static_assert(std::size(kNames) == static_cast<size_t>(NoPdlSite::Count));
   // The shared expert runs on the branch stream beside the router and the routed experts: with
   // PDL its down projection's blocks parked on the SMs while its gate/up launch ran.
@@ -381,6 +381,7 @@ void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
   fork(side_, fork_);
   {
     StreamGuard side(side_);
+    const PdlOffGuard off(no_pdl(NoPdlSite::Sinkhorn));
     hc_sinkhorn(mix_.get(), scale.get(), base.get(), nh, static_cast<int>(c_.hc_sinkhorn_iter), c_.hc_eps,
                 post_.get(), comb_.get());
   }
@@ -452,6 +453,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   // attention, which read the rows they emit, wait for them (join_branch).
   if (ratio) {
     begin_branch();
+    const PdlOffGuard off(no_pdl(NoPdlSite::Comp));
     push_compressor(L.comp_kv, L.comp_gate, L.comp_ape, L.comp_norm, false, ratio, kv.comp_kv,
                     kv.comp_score, kv.comp);
     if (ratio == 4)
@@ -473,6 +475,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   // Beside q_b and the query norm+RoPE (aux stream): the KV row into the raw ring, and the
   // indexer's query, scores and top-k, which read qr_, h_ and the indexer rows (spec §3.4.7).
   begin_beside(aux_, aux_fork_);
+  std::optional<PdlOffGuard> aux_off(std::in_place, no_pdl(NoPdlSite::Aux));  // to end_beside
   norm_rope(kv_row_.get(), L.attn_kv_a_norm.get(), HD, 1, c_.rms_eps, rope, n_pair_, pos, c_.nope_dim(),
             kv.raw.get(), raw_cap_);
   mark("kv norm+rope+store");
@@ -499,6 +502,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     sel = top_k_.get();
     n_sel = c_.indexer_top_k;
   }
+  aux_off.reset();
   end_beside(aux_, aux_join_);
   {
     const PdlOffGuard off(no_pdl(NoPdlSite::Qb));

@@ -47,12 +47,16 @@ struct DevLayerKv {
 
 /// Decode call sites whose launches DS4_CUDA_NO_PDL can make without PDL (attention_layer /
 /// ffn_layer; names in parse_no_pdl_sites' order).
-enum class NoPdlSite : unsigned { HcPre, QaKv, Qb, Attn, Oa, Ob, Router, GateUp, Down, Shexp, Count };
+/// Side-stream sites: Shexp (branch stream: the shared expert), Comp (branch stream: the
+/// compressor and indexer-compressor pushes), Aux (aux stream: the KV row's norm/RoPE/store and
+/// the indexer's chain), Sinkhorn (side stream).
+enum class NoPdlSite : unsigned { HcPre, QaKv, Qb, Attn, Oa, Ob, Router, GateUp, Down, Shexp, Comp, Aux, Sinkhorn, Count };
 
 /// The DS4_CUDA_NO_PDL value `list` as a bit per NoPdlSite: null (unset) gives the default,
 /// `shexp` (the shared expert's launches without PDL: +1.0-1.2 % decode, perf-notes "eleventh
 /// pass"); empty gives none; else colon-separated names hc_pre, qa_kv, q_b, attn, o_a, o_b,
-/// router, gate_up, down, shexp. Throws ds4::Error naming the unknown site and the valid ones.
+/// router, gate_up, down, shexp, comp, aux, sinkhorn. Throws ds4::Error naming the unknown site
+/// and the valid ones.
 unsigned parse_no_pdl_sites(const char* list);
 
 /// Runs tokens through the model on the device for one session of `ctx` tokens.
