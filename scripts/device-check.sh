@@ -28,21 +28,31 @@
 # variables are comma-separated, e.g. AB="- DS4_CUDA_MATVEC_ROWSLICE=0" runs each benchmark with
 # the defaults and with the row-slice kernel off, alternated twice. An entry "@DIR" runs the
 # ds4-bench carried in DIR instead (another build: e.g. AB="- @.device/old" compares a branch's
-# binaries with main's; DIR's binary uses BIN_DIR's lib/), "@DIR,VAR=value,..." with those
+# binaries with main's; DIR's binary uses DIR/lib, if any, then BIN_DIR's lib/;
+# scripts/stage-revs.sh builds such folders from git revisions), "@DIR,VAR=value,..." with those
 # variables set.
 # ROUNDS: how many times decode / prefill alternate the entries (default 2; even rounds run them
 # in reverse order, so that a drift along a round — clocks, temperature — cancels in pairs).
 # DECODE_CTX_MAX: the decode step's largest context (default 32768; 2048: the 2K run only).
 # Logs go to $OUT (the device tool's folder) or ./device-out.
 set -uo pipefail
+copy_libs() {  # copy_libs BINARY DIR: the shared libraries BINARY links but the device's C/C++ runtime
+  mkdir -p "$2" || return 1
+  ldd "$1" | awk '$3 ~ /^\// {print $3}' | { grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s)\.so|/ld-linux' || true; } |
+    while read -r lib; do cp -L "$lib" "$2/" || exit 1; done
+}
+if [ "${1:-}" = --libs ]; then  # --libs BINARY DIR (scripts/stage-revs.sh): copy_libs alone
+  [ $# -eq 3 ] && [ -x "$2" ] || { echo "usage: $0 --libs BINARY DIR" >&2; exit 2; }
+  copy_libs "$2" "$3"
+  exit
+fi
 if [ "${1:-}" = --stage ]; then
   [ $# -eq 3 ] && [ -d "$2" ] || { echo "usage: $0 --stage BUILD_DIR BIN_DIR" >&2; exit 2; }
   mkdir -p "$3/lib" || exit 1
   for b in ds4 ds4-bench ds4-make-model tests/cuda/test_cuda; do
     [ -x "$2/$b" ] || { echo "$0: $2/$b is missing: build it first (see above)" >&2; exit 2; }
     strip -o "$3/$(basename "$b")" "$2/$b" || exit 1
-    ldd "$2/$b" | awk '$3 ~ /^\// {print $3}' | grep -Ev '/(libc|libm|libstdc\+\+|libgcc_s)\.so|/ld-linux' |
-      while read -r lib; do cp -L "$lib" "$3/lib/" || exit 1; done || exit 1
+    copy_libs "$2/$b" "$3/lib" || exit 1
   done
   du -sh "$3"
   exit 0
@@ -76,9 +86,12 @@ MODELS=$BIN/models
 VOCAB=$ROOT/models/deepseek-v3-tokenizer.json.zst
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
 
-with_env() {  # with_env ENTRY CMD...: runs CMD with ENTRY's variables set
-  local vars; vars=$(entry_vars "$1"); shift
-  if [ -n "$vars" ]; then env ${vars//,/ } "$@"; else "$@"; fi
+with_env() {  # with_env ENTRY CMD...: runs CMD with ENTRY's variables set (and an "@DIR" entry's DIR/lib first)
+  local vars libs=()
+  vars=$(entry_vars "$1")
+  case $1 in @*) [ -d "$(entry_dir "$1")/lib" ] && libs=("LD_LIBRARY_PATH=$(cd "$(entry_dir "$1")/lib" && pwd):$LD_LIBRARY_PATH") ;; esac
+  shift
+  env "${libs[@]}" ${vars//,/ } "$@"
 }
 
 bench_of() {  # bench_of ENTRY: the ds4-bench an AB entry runs ("@DIR[,...]": DIR's, else BIN_DIR's)

@@ -54,6 +54,20 @@ for want in "_:fa X= Y= " "X_1_Y_2:fa X=1 Y=2 " "_fb:fb X= Y= " "_fb_Y_3:fb X= Y
 done
 grep -q "^decode.2._fb_Y_3: 2048: prefill 1 decode fb; " "$tmp/fo/summary.txt" ||
   bad "summary lacks the @DIR,VAR entry: $(cat "$tmp/fo/summary.txt")"
+# Even rounds run the entries in reverse (ABBA).
+order=$(grep -o '^decode\.[12]\.[^:]*' "$tmp/fo/summary.txt" | tr '\n' ' ')
+[ "$order" = "decode.1._ decode.1.X_1_Y_2 decode.1._fb decode.1._fb_Y_3 decode.2._fb_Y_3 decode.2._fb decode.2.X_1_Y_2 decode.2._ " ] ||
+  bad "rounds not in ABBA order: $order"
+# An "@DIR" entry whose DIR has lib/ (scripts/stage-revs.sh) runs with DIR/lib first on the
+# library path.
+mkdir -p "$tmp/fl/lib"
+printf '#!/bin/sh\necho "LD=${LD_LIBRARY_PATH%%%%:*}"\nprintf "ctx,a,p,b,d\\n2048,0,1,0,1\\n" >"$(echo "$*" | sed "s/.*--csv //")"\n' \
+  >"$tmp/fl/ds4-bench"
+chmod +x "$tmp/fl/ds4-bench"
+env OUT="$tmp/fo4" DECODE_CTX_MAX=2048 ROUNDS=1 AB="@$tmp/fl" bash "$script" "$tmp/fa" decode >/dev/null 2>&1
+tar xzf "$tmp/fo4/logs.tar.gz" -C "$tmp/fo4" 2>/dev/null
+grep -q "^LD=$tmp/fl/lib\$" "$tmp"/fo4/decode.1.*.log 2>/dev/null ||
+  bad "@DIR's lib/ is not first on the library path: $(cat "$tmp"/fo4/decode.1.*.log 2>&1)"
 # A step name is checked before any step runs; a bench that leaves no results is marked FAILED.
 expect 2 "unknown step bogus" -- env OUT="$tmp/out2" bash "$script" "$tmp/fa" "decode bogus"
 [ ! -e "$tmp/out2" ] || bad "an unknown step still let the script start (made $tmp/out2)"
