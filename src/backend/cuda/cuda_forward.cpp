@@ -46,8 +46,8 @@ StreamPriority stream_priority() {
 }  // namespace
 
 unsigned parse_no_pdl_sites(const char* list) {
-  static constexpr std::string_view kNames[] = {"hc_pre", "qa_kv", "q_b", "attn", "o_a", "o_b",
-                                                "router", "gate_up", "down", "shexp", "comp", "aux", "sinkhorn"};
+  static constexpr std::string_view kNames[] = {"hc_pre", "qa_kv", "q_b", "attn", "o_a", "o_b", "router",
+                                                "gate_up", "down", "shexp", "comp", "aux", "sinkhorn"};
   static_assert(std::size(kNames) == static_cast<size_t>(NoPdlSite::Count));
   // The shared expert runs on the branch stream beside the router and the routed experts: with
   // PDL its down projection's blocks parked on the SMs while its gate/up launch ran.

@@ -50,7 +50,11 @@ struct DevLayerKv {
 /// Side-stream sites: Shexp (branch stream: the shared expert), Comp (branch stream: the
 /// compressor and indexer-compressor pushes), Aux (aux stream: the KV row's norm/RoPE/store and
 /// the indexer's chain), Sinkhorn (side stream).
-enum class NoPdlSite : unsigned { HcPre, QaKv, Qb, Attn, Oa, Ob, Router, GateUp, Down, Shexp, Comp, Aux, Sinkhorn, Count };
+enum class NoPdlSite : unsigned {
+  HcPre, QaKv, Qb, Attn, Oa, Ob, Router, GateUp, Down,  // main chain
+  Shexp, Comp, Aux, Sinkhorn,                           // side streams
+  Count
+};
 
 /// The DS4_CUDA_NO_PDL value `list` as a bit per NoPdlSite: null (unset) gives the default,
 /// `shexp` (the shared expert's launches without PDL: +1.0-1.2 % decode, perf-notes "eleventh
