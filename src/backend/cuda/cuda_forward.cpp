@@ -398,13 +398,16 @@ void CudaForward::fork(cudaStream_t to, cudaEvent_t ev) {
   check(cudaStreamWaitEvent(to, ev, 0), "cudaStreamWaitEvent");
 }
 
-void CudaForward::begin_beside(cudaStream_t s, cudaEvent_t fork_ev) {
+void CudaForward::begin_beside(cudaStream_t s, cudaEvent_t fork_ev, NoPdlSite site) {
+  beside_pdl_prev_ = pdl_suppressed();
+  pdl_suppressed() = beside_pdl_prev_ || no_pdl(site);
   if (prof_) return;  // profiled steps stay on one stream: one time per operation
   fork(s, fork_ev);
   launch_stream() = s;
 }
 
 void CudaForward::end_beside(cudaStream_t s, cudaEvent_t join_ev) {
+  pdl_suppressed() = beside_pdl_prev_;
   if (prof_) return;
   check(cudaEventRecord(join_ev, s), "cudaEventRecord");
   launch_stream() = stream_;
@@ -452,8 +455,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   // they run on the branch stream beside the query/KV path; the indexer scores and the
   // attention, which read the rows they emit, wait for them (join_branch).
   if (ratio) {
-    begin_branch();
-    const PdlOffGuard off(no_pdl(NoPdlSite::Comp));
+    begin_branch(NoPdlSite::Comp);
     push_compressor(L.comp_kv, L.comp_gate, L.comp_ape, L.comp_norm, false, ratio, kv.comp_kv,
                     kv.comp_score, kv.comp);
     if (ratio == 4)
@@ -474,8 +476,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   mark("attn_q_a norm");
   // Beside q_b and the query norm+RoPE (aux stream): the KV row into the raw ring, and the
   // indexer's query, scores and top-k, which read qr_, h_ and the indexer rows (spec §3.4.7).
-  begin_beside(aux_, aux_fork_);
-  std::optional<PdlOffGuard> aux_off(std::in_place, no_pdl(NoPdlSite::Aux));  // to end_beside
+  begin_beside(aux_, aux_fork_, NoPdlSite::Aux);
   norm_rope(kv_row_.get(), L.attn_kv_a_norm.get(), HD, 1, c_.rms_eps, rope, n_pair_, pos, c_.nope_dim(),
             kv.raw.get(), raw_cap_);
   mark("kv norm+rope+store");
@@ -502,7 +503,6 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     sel = top_k_.get();
     n_sel = c_.indexer_top_k;
   }
-  aux_off.reset();
   end_beside(aux_, aux_join_);
   {
     const PdlOffGuard off(no_pdl(NoPdlSite::Qb));
@@ -554,16 +554,13 @@ void CudaForward::ffn_layer(uint32_t il) {
 
   hc_pre(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm);  // h_ = ffn_norm(sub_in)
   // Shared expert on the branch stream (its own buffers), beside the router and routed experts.
-  begin_branch();
-  {
-    const PdlOffGuard off(no_pdl(NoPdlSite::Shexp));
-    pair(op_h(L.ffn_gate_shexp, sh_gate_.get(), branch_act_.get()),
-         op_h(L.ffn_up_shexp, sh_up_.get(), branch_act_.get()));
-    mark("shexp gate+up matvecs");
-    swiglu_matvec(op(L.ffn_down_shexp, nullptr, sh_down_.get(), branch_act_.get()), sh_gate_.get(), sh_up_.get(),
-                  clamp, nullptr, sh_mid_.get());
-    mark("swiglu+shexp down matvec");
-  }
+  begin_branch(NoPdlSite::Shexp);
+  pair(op_h(L.ffn_gate_shexp, sh_gate_.get(), branch_act_.get()),
+       op_h(L.ffn_up_shexp, sh_up_.get(), branch_act_.get()));
+  mark("shexp gate+up matvecs");
+  swiglu_matvec(op(L.ffn_down_shexp, nullptr, sh_down_.get(), branch_act_.get()), sh_gate_.get(), sh_up_.get(),
+                clamp, nullptr, sh_mid_.get());
+  mark("swiglu+shexp down matvec");
   end_branch();
   // Router (spec §3.5); expert ids stay on the device.
   {

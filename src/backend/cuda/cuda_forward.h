@@ -115,11 +115,13 @@ class CudaForward {
   void hc_norm_mv(const DevMatrix& fn, const float* x, float* out);  // out = fn · rms_norm_unweighted(x)
   void join_sinkhorn();  // stream_ waits for the side stream's post/comb (before hc_post)
   void fork(cudaStream_t to, cudaEvent_t ev);  // `to` waits for the work queued on stream_ so far
-  // Work beside the main path on stream `s` (branch_ or aux_), all no-ops while profiling:
-  void begin_beside(cudaStream_t s, cudaEvent_t fork);  // launches go to s, after stream_'s work so far
-  void end_beside(cudaStream_t s, cudaEvent_t join);    // records `join` on s; launches go back to stream_
+  // Work beside the main path on stream `s` (branch_ or aux_), all no-ops while profiling, except
+  // that the section's launches skip PDL when DS4_CUDA_NO_PDL names `site`. begin_beside: launches
+  // go to s, after stream_'s work so far; end_beside: records `join` on s, launches go back to stream_.
+  void begin_beside(cudaStream_t s, cudaEvent_t fork, NoPdlSite site);
+  void end_beside(cudaStream_t s, cudaEvent_t join);
   void join_beside(cudaEvent_t join);                   // stream_ waits for `join`
-  void begin_branch() { begin_beside(branch_, branch_fork_); }
+  void begin_branch(NoPdlSite site) { begin_beside(branch_, branch_fork_, site); }
   void end_branch() { end_beside(branch_, branch_join_); }
   void join_branch() { join_beside(branch_join_); }
   void attention_layer(uint32_t il, bool indexer_on);
@@ -258,6 +260,7 @@ class CudaForward {
   // launch latency PDL hides.
   unsigned no_pdl_ = 0;
   bool no_pdl(NoPdlSite s) const { return (no_pdl_ >> static_cast<unsigned>(s)) & 1u; }
+  bool beside_pdl_prev_ = false;  // pdl_suppressed() before begin_beside, restored by end_beside
 };
 
 }  // namespace ds4::cuda
