@@ -651,11 +651,25 @@ TEST_F(CudaKernels, SinkAttentionMatchesCpuBitForBit) {
     dcomp.upload(comp.data(), comp.size());
     if (!sel.empty()) dsel.upload(sel.data(), sel.size());
     dpos.upload(&c.pos, 1);
-    cuda::sink_attention(dq.get(), ds.get(), c.n_head, c.dim, draw.get(), c.raw_cap, c.n_swa, dpos.get(), dcomp.get(),
-                         c.ratio, c.n_sel ? dsel.get() : nullptr, c.n_sel, max_rows, dscratch.get(), dout.get());
+    // With a Q8_0 copy of the outputs (written when dim % 32 == 0: one block per output warp).
+    const size_t q8_bytes = quant::act_row_bytes(quant::ActType::Q8_0, static_cast<int64_t>(q.size()) / 32 * 32);
+    cuda::DeviceArray<uint8_t> dq8(q8_bytes + 36);
+    const cuda::SinkAttentionOut plain = cuda::sink_attention(
+        dq.get(), ds.get(), c.n_head, c.dim, draw.get(), c.raw_cap, c.n_swa, dpos.get(), dcomp.get(), c.ratio,
+        c.n_sel ? dsel.get() : nullptr, c.n_sel, max_rows, dscratch.get(), dout.get(), nullptr, 0, dq8.get());
     cuda::check(cudaDeviceSynchronize(), "sink_attention");
     std::vector<float> got(q.size());
     dout.download(got.data(), got.size());
+    EXPECT_FALSE(plain.roped);
+    EXPECT_EQ(plain.quantized, c.dim % 32 == 0) << "dim " << c.dim;
+    auto q8_of = [](const std::vector<float>& v) {
+      std::vector<uint8_t> b(quant::act_row_bytes(quant::ActType::Q8_0, static_cast<int64_t>(v.size())));
+      quant::quantize_activation(quant::ActType::Q8_0, v.data(), b.data(), static_cast<int64_t>(v.size()));
+      return b;
+    };
+    if (plain.quantized) {
+      EXPECT_EQ(download(dq8, q8_bytes), q8_of(got)) << "dim " << c.dim << " pos " << c.pos;
+    }
     size_t diff = 0;
     double worst = 0;
     for (size_t k = 0; k < got.size(); ++k) {
@@ -678,10 +692,13 @@ TEST_F(CudaKernels, SinkAttentionMatchesCpuBitForBit) {
     for (float& v : table) v = ud(rng);
     cuda::DeviceArray<float> dtable(table.size()), dfused(q.size());
     dtable.upload(table.data(), table.size());
-    const bool fused = cuda::sink_attention(dq.get(), ds.get(), c.n_head, c.dim, draw.get(), c.raw_cap, c.n_swa,
-                                            dpos.get(), dcomp.get(), c.ratio, c.n_sel ? dsel.get() : nullptr, c.n_sel,
-                                            max_rows, dscratch.get(), dfused.get(), dtable.get(), n_pair);
+    cuda::DeviceArray<uint8_t> dq8r(q8_bytes + 36);
+    const cuda::SinkAttentionOut roped = cuda::sink_attention(
+        dq.get(), ds.get(), c.n_head, c.dim, draw.get(), c.raw_cap, c.n_swa, dpos.get(), dcomp.get(), c.ratio,
+        c.n_sel ? dsel.get() : nullptr, c.n_sel, max_rows, dscratch.get(), dfused.get(), dtable.get(), n_pair, dq8r.get());
+    const bool fused = roped.roped;
     EXPECT_EQ(fused, c.dim % 2 == 0) << "dim " << c.dim;
+    EXPECT_EQ(roped.quantized, c.dim % 32 == 0) << "dim " << c.dim;  // quantized only after the fused RoPE
     if (!fused) cuda::rope_tail(dfused.get(), c.n_head, c.dim, dtable.get(), n_pair, dpos.get(), true);
     cuda::rope_tail(dout.get(), c.n_head, c.dim, dtable.get(), n_pair, dpos.get(), true);
     cuda::check(cudaDeviceSynchronize(), "sink_attention + inverse rope");
@@ -689,6 +706,9 @@ TEST_F(CudaKernels, SinkAttentionMatchesCpuBitForBit) {
     dout.download(sep.data(), sep.size());
     dfused.download(fus.data(), fus.size());
     EXPECT_EQ(std::memcmp(sep.data(), fus.data(), sep.size() * sizeof(float)), 0) << "dim " << c.dim << " pos " << c.pos;
+    if (roped.quantized) {
+      EXPECT_EQ(download(dq8r, q8_bytes), q8_of(fus)) << "roped, dim " << c.dim << " pos " << c.pos;
+    }
     const float* cs = &table[static_cast<size_t>(c.pos * 2 * n_pair)];
     model::rope_tail_apply(got, static_cast<size_t>(c.dim), {cs, static_cast<size_t>(n_pair)},
                            {cs + n_pair, static_cast<size_t>(n_pair)}, true);

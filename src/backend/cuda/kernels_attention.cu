@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
@@ -415,13 +416,15 @@ __global__ void __launch_bounds__(kAttHeads * 32) attn_softmax_kernel(const floa
 // set, the inverse tail RoPE at *pos (rope_kernel's rope_pair with sign -1) is applied to the
 // output before it is stored: pair (2p, 2p + 1) of the tail sits in lanes (2p, 2p + 1) of a warp
 // when the tail starts at an even dim, so one shuffle brings each lane its partner
-// (sink_attention declines the fusion for odd dims).
+// (sink_attention declines the fusion for odd dims). With out_q8 (dim % 32 == 0, so each output
+// warp's 32 values are one Q8_0 block) every output warp also quantizes its values into block
+// ((h0 + warp) * dim + i0) / 32 of out_q8 (quantize_q8_0_block, as the quantize kernels).
 template <int kChunk>
 __global__ void __launch_bounds__(kAttCombineThreads, kChunk == kAttChunk ? 1 : 2)
 attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, int64_t n_swa, const int64_t* pos,
                     const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride, int64_t n_sel,
                     const float* scratch, int64_t scratch_stride, float* out, int64_t out_stride,
-                    const float* rope_table, int n_pair) {
+                    const float* rope_table, int n_pair, uint8_t* out_q8) {
   pdl_wait();
   pdl_trigger();
   if (sel) sel += blockIdx.z * sel_stride;
@@ -535,6 +538,8 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
     }
   }
   if (h0 + warp < n_head && i < dim) out[(h0 + warp) * dim + i] = v;
+  if (out_q8 && h0 + warp < n_head)  // uniform per warp; i < dim on every lane (dim % 32 == 0)
+    quantize_q8_0_block(v, lane, reinterpret_cast<BQ8_0Act*>(out_q8) + ((h0 + warp) * dim + i0) / 32);
 }
 
 // The weighted sum of a prefill chunk's tokens after attn_softmax_kernel (probabilities in place
@@ -784,13 +789,13 @@ int64_t attention_scratch_floats(int n_head, int64_t max_rows) {
 
 namespace {
 
-// sink_attention_batch's launches; rope_table (n_tok = 1 only): the inverse tail RoPE in the
-// combine kernel (attn_combine_kernel).
+// sink_attention_batch's launches; rope_table and out_q8 (n_tok = 1 only): the inverse tail RoPE
+// and the Q8_0 copy of the outputs in the combine kernel (attn_combine_kernel).
 void attention_launches(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,
                         const float* raw, int64_t raw_cap, const float* chunk, int64_t chunk_pos0, int64_t n_swa,
                         const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
                         int64_t sel_stride, int64_t n_sel, int64_t max_rows, float* scratch, float* out,
-                        int64_t out_stride, int n_tok, const float* rope_table, int n_pair) {
+                        int64_t out_stride, int n_tok, const float* rope_table, int n_pair, uint8_t* out_q8) {
   if (n_tok <= 0) return;
   const unsigned groups = static_cast<unsigned>((n_head + kAttHeads - 1) / kAttHeads);
   const AttnWin win{raw, raw_cap, chunk, chunk_pos0};
@@ -842,19 +847,24 @@ void attention_launches(const float* q, int64_t q_stride, const float* sinks, in
   const size_t csmem = combine_smem(kAttChunk);
   allow_dynamic_smem(reinterpret_cast<const void*>(attn_combine_kernel<kAttChunk>), csmem);
   launch_k(attn_combine_kernel<kAttChunk>, cgrid, kAttCombineThreads, csmem, sinks, n_head, dim, win, n_swa, pos, comp,
-           ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride, rope_table, n_pair);
+           ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride, rope_table, n_pair, out_q8);
 }
 
 }  // namespace
 
-bool sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
-                    int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
-                    uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
-                    float* scratch, float* out, const float* inv_rope_table, int n_pair) {
-  const bool rope = inv_rope_table && n_pair > 0 && dim % 2 == 0 && 2 * static_cast<int64_t>(n_pair) <= dim;
+SinkAttentionOut sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
+                                int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
+                                uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
+                                float* scratch, float* out, const float* inv_rope_table, int n_pair,
+                                uint8_t* out_q8) {
+  SinkAttentionOut r;
+  r.roped = inv_rope_table && n_pair > 0 && dim % 2 == 0 && 2 * static_cast<int64_t>(n_pair) <= dim;
+  // Quantized only if the values stored are final: no RoPE asked for, or the RoPE fused.
+  r.quantized = out_q8 && dim % 32 == 0 && (r.roped || !inv_rope_table);
   attention_launches(q, dim * n_head, sinks, n_head, dim, raw, raw_cap, nullptr, 0, n_swa, pos, comp, ratio, sel, 0,
-                     n_sel, max_rows, scratch, out, dim * n_head, 1, rope ? inv_rope_table : nullptr, rope ? n_pair : 0);
-  return rope;
+                     n_sel, max_rows, scratch, out, dim * n_head, 1, r.roped ? inv_rope_table : nullptr,
+                     r.roped ? n_pair : 0, r.quantized ? out_q8 : nullptr);
+  return r;
 }
 
 void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,
@@ -863,7 +873,7 @@ void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, 
                           int64_t sel_stride, int64_t n_sel, int64_t max_rows, float* scratch, float* out,
                           int64_t out_stride, int n_tok) {
   attention_launches(q, q_stride, sinks, n_head, dim, raw, raw_cap, chunk, chunk_pos0, n_swa, pos, comp, ratio, sel,
-                     sel_stride, n_sel, max_rows, scratch, out, out_stride, n_tok, nullptr, 0);
+                     sel_stride, n_sel, max_rows, scratch, out, out_stride, n_tok, nullptr, 0, nullptr);
 }
 
 }  // namespace ds4::cuda
