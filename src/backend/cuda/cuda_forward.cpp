@@ -524,7 +524,10 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   oa.groups = static_cast<int>(c_.n_out_group);
   oa.x_stride = GI;
   oa.y_stride = OL;
-  const bool q8_out = attn_q8_fused_ && act_format(L.attn_output_a.type) == ActFormat::Q8_0;
+  // Only with the RoPE fused (a null table would tell the combine its outputs are final) and
+  // o_a's groups laid out head-major over the attention's outputs.
+  const bool q8_out = attn_q8_fused_ && attn_rope_fused_ && act_format(L.attn_output_a.type) == ActFormat::Q8_0 &&
+                      L.attn_output_a.cols == GI && GI * oa.groups == nhead * HD;
   SinkAttentionOut att;
   {
     const PdlOffGuard off(no_pdl(NoPdlSite::Attn));
@@ -537,7 +540,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     rope_tail(attn_.get(), nhead, HD, rope, n_pair_, pos, true);
     mark("attn inverse rope");
   }
-  oa.act_ready = att.quantized;  // head-major outputs: group g's act row is blocks g*GI/32..
+  oa.act_ready = att.quantized && att.roped;  // group g's act row: blocks g*GI/32 .. (g+1)*GI/32 - 1
   // Grouped low-rank output projection (spec §3.4.9): group g reads its heads' slice.
   {
     const PdlOffGuard off(no_pdl(NoPdlSite::Oa));

@@ -339,7 +339,9 @@ void indexer_top_k_batch(const float* scores, const int64_t* pos, uint32_t ratio
 /// outputs, bit for bit (`roped`); not roped (no table, n_pair <= 0, an odd dim or a tail wider
 /// than dim): out is the attention alone, for the caller's own rope_tail. With out_q8 and dim a
 /// multiple of 32, unless a table was given and declined, the second launch also writes the
-/// final outputs as Q8_0 activation blocks (`quantized`; block b holds outputs 32b..32b+31 of
+/// stored outputs as Q8_0 activation blocks (`quantized`; a null table means the caller applies
+/// nothing after this, so a caller with a RoPE of its own to apply must not pass out_q8 then;
+/// block b holds outputs 32b..32b+31 of
 /// the n_head * dim, BQ8_0Act's 36 bytes each: quant::quantize_q8_0_act of `out` bit for bit,
 /// each warp quantizing the 32 values it computed), the input of a Q8_0 output projection
 /// without a quantize launch of its own (act_ready).
