@@ -344,7 +344,11 @@ void indexer_top_k_batch(const float* scores, const int64_t* pos, uint32_t ratio
 /// block b holds outputs 32b..32b+31 of
 /// the n_head * dim, BQ8_0Act's 36 bytes each: quant::quantize_q8_0_act of `out` bit for bit,
 /// each warp quantizing the 32 values it computed), the input of a Q8_0 output projection
-/// without a quantize launch of its own (act_ready).
+/// without a quantize launch of its own (act_ready). The decode step's form: both launches read
+/// the rows written before this step (every window row but position *pos's, every compressed
+/// row but one emitted at *pos) before their PDL wait, so those rows and *pos must be complete
+/// before the launch that precedes this call on the stream (earlier steps, uploads); with `sel`
+/// every row is read after the wait.
 struct SinkAttentionOut {
   bool roped = false;
   bool quantized = false;

@@ -99,7 +99,8 @@ __device__ __forceinline__ float attn_dot8_tree(float s) {
 // tree and tail follow dot8, then the scale, as the CPU does. scratch is [head][row] with stride
 // n_rows (this position's). Token blockIdx.z of a batch: q, pos and scratch advance by q_stride,
 // 1 and scratch_stride (sel, when set, by sel_stride).
-// The decode step (kLaneRows 1, one token, no chunk rows, no selection) loads the first 8 * kRegs
+// With rows_early (the decode step: kLaneRows 1, one token, no chunk rows, no selection; set by
+// sink_attention only) the kernel loads the first 8 * kRegs
 // elements of rows written by earlier steps before its PDL wait: the window's rows other than
 // this position's (its ring slot held a position outside the window: raw_cap >= n_swa) and the
 // compressed rows other than one emitted at this position (attn_row_before_step). Every other
@@ -108,14 +109,14 @@ template <int kLaneRows>
 __global__ void __launch_bounds__(256, kLaneRows > 1 ? 2 : 0)
 attn_scores_kernel(const float* q, int64_t q_stride, int n_head, int64_t dim, AttnWin win, int64_t n_swa,
                    const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride,
-                   int64_t n_sel, float* scratch, int64_t scratch_stride) {
+                   int64_t n_sel, float* scratch, int64_t scratch_stride, bool rows_early) {
   constexpr int kRows = 32 * kLaneRows, kRegs = kAttLaneRegs / kLaneRows;
   const int l = threadIdx.x & 7;
   const int64_t full = dim / 8 * 8;
   float rv[kLaneRows][kRegs];  // the current chunk's row elements (chunk 0 possibly early)
   bool early = false;          // this lane's chunk 0 loaded before the wait
   if constexpr (kLaneRows == 1) {
-    if (gridDim.z == 1 && !sel && !win.chunk && win.raw_cap >= n_swa) {
+    if (rows_early && gridDim.z == 1 && !sel && !win.chunk && win.raw_cap >= n_swa) {
       // pos is written before the step's first launch, rows by earlier steps.
       const AttnShape a = attn_shape(pos, n_swa, ratio, nullptr, 0);
       const int64_t jr = blockIdx.x * static_cast<int64_t>(kRows) + threadIdx.x / 8;
@@ -455,7 +456,7 @@ __global__ void __launch_bounds__(kAttCombineThreads, kChunk == kAttChunk ? 1 : 
 attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, int64_t n_swa, const int64_t* pos,
                     const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride, int64_t n_sel,
                     const float* scratch, int64_t scratch_stride, float* out, int64_t out_stride,
-                    const float* rope_table, int n_pair, uint8_t* out_q8) {
+                    const float* rope_table, int n_pair, uint8_t* out_q8, bool rows_early) {
   const float* raw = win.raw;
   const int64_t raw_cap = win.raw_cap;
   extern __shared__ float4 smem4[];
@@ -499,10 +500,10 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
       }
     }
   };
-  // The decode step (one token, no chunk rows, no selection): the first chunk's slices of rows
-  // written by earlier steps are copied before the PDL wait (attn_row_before_step, as the scores
-  // kernel); pos is written before the step's first launch.
-  const bool pre = gridDim.z == 1 && !sel && !win.chunk && raw_cap >= n_swa;
+  // rows_early (the decode step: one token, no chunk rows, no selection): the first chunk's
+  // slices of rows written by earlier steps are copied before the PDL wait
+  // (attn_row_before_step, as the scores kernel); pos is written before the step's first launch.
+  const bool pre = rows_early && gridDim.z == 1 && !sel && !win.chunk && raw_cap >= n_swa;
   int64_t p_pre = 0;
   AttnShape a_pre{};
   if (pre) {
@@ -840,12 +841,14 @@ int64_t attention_scratch_floats(int n_head, int64_t max_rows) {
 namespace {
 
 // sink_attention_batch's launches; rope_table and out_q8 (n_tok = 1 only): the inverse tail RoPE
-// and the Q8_0 copy of the outputs in the combine kernel (attn_combine_kernel).
+// and the Q8_0 copy of the outputs in the combine kernel (attn_combine_kernel); rows_early (the
+// decode step only): rows written by earlier steps loaded before the kernels' PDL waits.
 void attention_launches(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,
                         const float* raw, int64_t raw_cap, const float* chunk, int64_t chunk_pos0, int64_t n_swa,
                         const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
                         int64_t sel_stride, int64_t n_sel, int64_t max_rows, float* scratch, float* out,
-                        int64_t out_stride, int n_tok, const float* rope_table, int n_pair, uint8_t* out_q8) {
+                        int64_t out_stride, int n_tok, const float* rope_table, int n_pair, uint8_t* out_q8,
+                        bool rows_early) {
   if (n_tok <= 0) return;
   const unsigned groups = static_cast<unsigned>((n_head + kAttHeads - 1) / kAttHeads);
   const AttnWin win{raw, raw_cap, chunk, chunk_pos0};
@@ -873,7 +876,7 @@ void attention_launches(const float* q, int64_t q_stride, const float* sinks, in
     allow_dynamic_smem(reinterpret_cast<const void*>(sk), smem);
     const dim3 grid(static_cast<unsigned>((max_rows + rows - 1) / rows), groups, static_cast<unsigned>(n_tok));
     launch_k(sk, grid, 256, smem, q, q_stride, n_head, dim, win, n_swa, pos, comp, ratio, sel, sel_stride, n_sel,
-             scratch, ss);
+             scratch, ss, rows_early);
   }
   if (prep)
     launch_k(attn_softmax_kernel, dim3(groups, static_cast<unsigned>(n_tok)), kAttHeads * 32, 0, sinks, n_head, n_swa,
@@ -897,7 +900,7 @@ void attention_launches(const float* q, int64_t q_stride, const float* sinks, in
   const size_t csmem = combine_smem(kAttChunk);
   allow_dynamic_smem(reinterpret_cast<const void*>(attn_combine_kernel<kAttChunk>), csmem);
   launch_k(attn_combine_kernel<kAttChunk>, cgrid, kAttCombineThreads, csmem, sinks, n_head, dim, win, n_swa, pos, comp,
-           ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride, rope_table, n_pair, out_q8);
+           ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride, rope_table, n_pair, out_q8, rows_early);
 }
 
 }  // namespace
@@ -913,7 +916,7 @@ SinkAttentionOut sink_attention(const float* q, const float* sinks, int n_head, 
   r.quantized = out_q8 && dim % 32 == 0 && (r.roped || !inv_rope_table);
   attention_launches(q, dim * n_head, sinks, n_head, dim, raw, raw_cap, nullptr, 0, n_swa, pos, comp, ratio, sel, 0,
                      n_sel, max_rows, scratch, out, dim * n_head, 1, r.roped ? inv_rope_table : nullptr,
-                     r.roped ? n_pair : 0, r.quantized ? out_q8 : nullptr);
+                     r.roped ? n_pair : 0, r.quantized ? out_q8 : nullptr, true);
   return r;
 }
 
@@ -923,7 +926,7 @@ void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, 
                           int64_t sel_stride, int64_t n_sel, int64_t max_rows, float* scratch, float* out,
                           int64_t out_stride, int n_tok) {
   attention_launches(q, q_stride, sinks, n_head, dim, raw, raw_cap, chunk, chunk_pos0, n_swa, pos, comp, ratio, sel,
-                     sel_stride, n_sel, max_rows, scratch, out, out_stride, n_tok, nullptr, 0, nullptr);
+                     sel_stride, n_sel, max_rows, scratch, out, out_stride, n_tok, nullptr, 0, nullptr, false);
 }
 
 }  // namespace ds4::cuda
