@@ -385,6 +385,30 @@ TEST_F(CudaVsCpu, NoPdlSitesKeepResultsAndUnknownSitesAreErrors) {
   expect_equal_greedy_decode(*off, *on, la, lb, static_cast<int64_t>(prompt.size()), 6);
 }
 
+// The attention output's fusions off one at a time (DS4_CUDA_ATTN_ROPE_FUSED=0: the inverse RoPE
+// in a launch of its own, so the combine must not hand o_a a Q8_0 copy from before it;
+// DS4_CUDA_ATTN_Q8_FUSED=0: o_a quantizes its input itself) give the default's bytes.
+TEST_F(CudaVsCpu, AttentionOutputFusionsKeepResults) {
+  open("q2");
+  if (IsSkipped()) return;
+  const auto prompt = prompt_tokens(40, engine_->config().n_vocab);
+  auto fused = gpu_->new_session(128);
+  std::vector<float> la(V_), lb(V_);
+  fused->eval(prompt, 0, la, {});
+  for (const char* var : {"DS4_CUDA_ATTN_ROPE_FUSED", "DS4_CUDA_ATTN_Q8_FUSED"}) {
+    SCOPED_TRACE(var);
+    setenv(var, "0", 1);
+    auto off = gpu_->new_session(128);
+    unsetenv(var);
+    off->eval(prompt, 0, lb, {});
+    ASSERT_EQ(0, std::memcmp(la.data(), lb.data(), V_ * sizeof(float)));
+    auto ref = gpu_->new_session(128);  // a fresh default session for the same decode steps
+    std::vector<float> lr(V_);
+    ref->eval(prompt, 0, lr, {});
+    expect_equal_greedy_decode(*ref, *off, lr, lb, static_cast<int64_t>(prompt.size()), 6);
+  }
+}
+
 // DS4_CUDA_NO_PDL's parser (host only, no device needed): the sites' bits in NoPdlSite order,
 // the shared expert's for an unset value (the default), none for an empty one, an error naming
 // an unknown or empty site.

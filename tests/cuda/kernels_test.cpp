@@ -611,6 +611,7 @@ TEST_F(CudaKernels, SinkAttentionMatchesCpuBitForBit) {
       {64, 512, 128, 128, 128 * 1000 + 50, 128, 0}, // 1128 rows: more than one probability chunk
       {12, 36, 16, 20, 77, 4, 9},                   // ring larger than the window, 25 rows
       {3, 7, 8, 8, 30, 4, 3},                       // dim < 8: the whole dot is dot8's tail
+      {5, 64, 128, 128, 199, 4, 0},                 // 5 heads of 64 (Q8_0 copy, a head group of 5), 128 + 50 rows
   };
   for (const AttnCase& c : cases) {
     const int64_t n_win = std::min(c.pos + 1, c.n_swa), lo = c.pos + 1 - n_win;
@@ -651,11 +652,30 @@ TEST_F(CudaKernels, SinkAttentionMatchesCpuBitForBit) {
     dcomp.upload(comp.data(), comp.size());
     if (!sel.empty()) dsel.upload(sel.data(), sel.size());
     dpos.upload(&c.pos, 1);
-    cuda::sink_attention(dq.get(), ds.get(), c.n_head, c.dim, draw.get(), c.raw_cap, c.n_swa, dpos.get(), dcomp.get(),
-                         c.ratio, c.n_sel ? dsel.get() : nullptr, c.n_sel, max_rows, dscratch.get(), dout.get());
+    // With a Q8_0 copy of the outputs (written when dim % 32 == 0: one block per output warp).
+    const size_t q8_bytes = quant::act_row_bytes(quant::ActType::Q8_0, static_cast<int64_t>(q.size()) / 32 * 32);
+    const std::vector<uint8_t> sentinel(q8_bytes + 36, 0xAB);  // bytes no launch may touch stay 0xAB
+    cuda::DeviceArray<uint8_t> dq8(sentinel.size());
+    dq8.upload(sentinel.data(), sentinel.size());
+    const cuda::SinkAttentionOut plain = cuda::sink_attention(
+        dq.get(), ds.get(), c.n_head, c.dim, draw.get(), c.raw_cap, c.n_swa, dpos.get(), dcomp.get(), c.ratio,
+        c.n_sel ? dsel.get() : nullptr, c.n_sel, max_rows, dscratch.get(), dout.get(), nullptr, 0, dq8.get());
     cuda::check(cudaDeviceSynchronize(), "sink_attention");
     std::vector<float> got(q.size());
     dout.download(got.data(), got.size());
+    EXPECT_FALSE(plain.roped);
+    EXPECT_EQ(plain.quantized, c.dim % 32 == 0) << "dim " << c.dim;
+    auto q8_of = [](const std::vector<float>& v) {
+      std::vector<uint8_t> b(quant::act_row_bytes(quant::ActType::Q8_0, static_cast<int64_t>(v.size())));
+      quant::quantize_activation(quant::ActType::Q8_0, v.data(), b.data(), static_cast<int64_t>(v.size()));
+      return b;
+    };
+    auto expect_q8 = [&](const cuda::DeviceArray<uint8_t>& d, bool quantized, const std::vector<float>& v) {
+      std::vector<uint8_t> want_q8 = quantized ? q8_of(v) : std::vector<uint8_t>(q8_bytes, 0xAB);
+      want_q8.resize(sentinel.size(), 0xAB);
+      EXPECT_EQ(download(d, sentinel.size()), want_q8) << "dim " << c.dim << " pos " << c.pos;
+    };
+    expect_q8(dq8, plain.quantized, got);
     size_t diff = 0;
     double worst = 0;
     for (size_t k = 0; k < got.size(); ++k) {
@@ -678,10 +698,14 @@ TEST_F(CudaKernels, SinkAttentionMatchesCpuBitForBit) {
     for (float& v : table) v = ud(rng);
     cuda::DeviceArray<float> dtable(table.size()), dfused(q.size());
     dtable.upload(table.data(), table.size());
-    const bool fused = cuda::sink_attention(dq.get(), ds.get(), c.n_head, c.dim, draw.get(), c.raw_cap, c.n_swa,
-                                            dpos.get(), dcomp.get(), c.ratio, c.n_sel ? dsel.get() : nullptr, c.n_sel,
-                                            max_rows, dscratch.get(), dfused.get(), dtable.get(), n_pair);
+    cuda::DeviceArray<uint8_t> dq8r(sentinel.size());
+    dq8r.upload(sentinel.data(), sentinel.size());
+    const cuda::SinkAttentionOut roped = cuda::sink_attention(
+        dq.get(), ds.get(), c.n_head, c.dim, draw.get(), c.raw_cap, c.n_swa, dpos.get(), dcomp.get(), c.ratio,
+        c.n_sel ? dsel.get() : nullptr, c.n_sel, max_rows, dscratch.get(), dfused.get(), dtable.get(), n_pair, dq8r.get());
+    const bool fused = roped.roped;
     EXPECT_EQ(fused, c.dim % 2 == 0) << "dim " << c.dim;
+    EXPECT_EQ(roped.quantized, c.dim % 32 == 0) << "dim " << c.dim;  // quantized only after the fused RoPE
     if (!fused) cuda::rope_tail(dfused.get(), c.n_head, c.dim, dtable.get(), n_pair, dpos.get(), true);
     cuda::rope_tail(dout.get(), c.n_head, c.dim, dtable.get(), n_pair, dpos.get(), true);
     cuda::check(cudaDeviceSynchronize(), "sink_attention + inverse rope");
@@ -689,6 +713,7 @@ TEST_F(CudaKernels, SinkAttentionMatchesCpuBitForBit) {
     dout.download(sep.data(), sep.size());
     dfused.download(fus.data(), fus.size());
     EXPECT_EQ(std::memcmp(sep.data(), fus.data(), sep.size() * sizeof(float)), 0) << "dim " << c.dim << " pos " << c.pos;
+    expect_q8(dq8r, roped.quantized, fus);
     const float* cs = &table[static_cast<size_t>(c.pos * 2 * n_pair)];
     model::rope_tail_apply(got, static_cast<size_t>(c.dim), {cs, static_cast<size_t>(n_pair)},
                            {cs + n_pair, static_cast<size_t>(n_pair)}, true);

@@ -79,6 +79,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
     pprof_ = std::make_unique<PrefillProfile>();
   use_graphs_ = !env_is_zero("DS4_CUDA_GRAPH");
   attn_rope_fused_ = !env_is_zero("DS4_CUDA_ATTN_ROPE_FUSED");
+  attn_q8_fused_ = !env_is_zero("DS4_CUDA_ATTN_Q8_FUSED");
   hc_fused_ = !env_is_zero("DS4_CUDA_HC_FUSED");
   no_pdl_ = parse_no_pdl_sites(std::getenv("DS4_CUDA_NO_PDL"));
   if (StepProfile::requested()) {
@@ -515,24 +516,35 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   if (ratio) join_branch();  // the compressed rows, this position's included
   // The inverse RoPE of the attention output in its combine launch, or (DS4_CUDA_ATTN_ROPE_FUSED=0,
   // shapes the combine declines) a launch of its own.
-  bool roped = false;
+  // The combine launch also writes its outputs as o_a's Q8_0 input when o_a reads Q8_0
+  // activations (no quantize launch before o_a; DS4_CUDA_ATTN_Q8_FUSED=0: off).
+  const int64_t GI = c_.group_in_dim(), OL = c_.o_lora_rank;
+  MatvecOp oa = op(L.attn_output_a, attn_.get(), low_.get());
+  oa.n_rows = oa.group_rows = OL;
+  oa.groups = static_cast<int>(c_.n_out_group);
+  oa.x_stride = GI;
+  oa.y_stride = OL;
+  // Only with the RoPE fused (a null table would tell the combine its outputs are final) and
+  // o_a's groups laid out head-major over the attention's outputs.
+  const bool q8_out = attn_q8_fused_ && attn_rope_fused_ && act_format(L.attn_output_a.type) == ActFormat::Q8_0 &&
+                      L.attn_output_a.cols == GI && GI * oa.groups == nhead * HD;
+  SinkAttentionOut att;
   {
     const PdlOffGuard off(no_pdl(NoPdlSite::Attn));
-    roped = sink_attention(q_.get(), L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos,
-                                    kv.comp.get(), ratio, sel, n_sel, max_rows, att_scratch_.get(), attn_.get(),
-                                    attn_rope_fused_ ? rope : nullptr, n_pair_);
+    att = sink_attention(q_.get(), L.attn_sinks.get(), nhead, HD, kv.raw.get(), raw_cap_, c_.n_swa, pos, kv.comp.get(),
+                         ratio, sel, n_sel, max_rows, att_scratch_.get(), attn_.get(), attn_rope_fused_ ? rope : nullptr,
+                         n_pair_, q8_out ? oa.act : nullptr);
   }
   mark(ratio == 0 ? "attention (window)" : ratio == 4 ? "attention (ratio 4)" : "attention (ratio 128)");
-  if (!roped) {
+  if (!att.roped) {
     rope_tail(attn_.get(), nhead, HD, rope, n_pair_, pos, true);
     mark("attn inverse rope");
   }
+  oa.act_ready = att.quantized && att.roped;  // group g's act row: blocks g*GI/32 .. (g+1)*GI/32 - 1
   // Grouped low-rank output projection (spec §3.4.9): group g reads its heads' slice.
-  const int64_t GI = c_.group_in_dim(), OL = c_.o_lora_rank;
   {
     const PdlOffGuard off(no_pdl(NoPdlSite::Oa));
-    matvec(L.attn_output_a, 0, OL, OL, nullptr, static_cast<int>(c_.n_out_group), attn_.get(), GI, low_.get(), OL,
-           act_.get());
+    matvec_op(oa);
   }
   mark("attn_output_a matvec");
   {

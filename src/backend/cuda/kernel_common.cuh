@@ -23,8 +23,11 @@ cudaStream_t stream() { return launch_stream(); }
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 // Programmatic dependent launch (see pdl_enabled). Every kernel launched by launch_k calls
-// pdl_wait() before it reads or writes any buffer another kernel touches (only constant
-// weights may be read before it), and pdl_trigger() so the next kernel may be scheduled early.
+// pdl_wait() before it reads or writes any buffer another kernel touches, and pdl_trigger() so
+// the next kernel may be scheduled early. Before the wait a kernel may read only constant
+// weights and data complete before the launch preceding it on the same stream (every kernel
+// waits before it triggers: inputs written two or more launches back, or by earlier steps;
+// never a side stream's output of this step), e.g. the decode attention's older KV rows.
 // Both are no-ops before sm_90 and when the kernel was launched without the attribute.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -336,12 +336,28 @@ void indexer_top_k_batch(const float* scores, const int64_t* pos, uint32_t ratio
 /// dim, n_head and row count (rows beyond 768 take further chunks in order). With
 /// inv_rope_table ([position][cos n_pair, sin n_pair], as rope_tail's table) the second launch
 /// also applies rope_tail(out, n_head, dim, inv_rope_table, n_pair, pos, inverse = true) to its
-/// outputs, bit for bit, and true is returned; false (no table, n_pair <= 0, an odd dim or a
-/// tail wider than dim): out is the attention alone, for the caller's own rope_tail.
-bool sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
-                    int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
-                    uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
-                    float* scratch, float* out, const float* inv_rope_table = nullptr, int n_pair = 0);
+/// outputs, bit for bit (`roped`); not roped (no table, n_pair <= 0, an odd dim or a tail wider
+/// than dim): out is the attention alone, for the caller's own rope_tail. With out_q8 and dim a
+/// multiple of 32, unless a table was given and declined, the second launch also writes the
+/// stored outputs as Q8_0 activation blocks (`quantized`; a null table means the caller applies
+/// nothing after this, so a caller with a RoPE of its own to apply must not pass out_q8 then;
+/// block b holds outputs 32b..32b+31 of
+/// the n_head * dim, BQ8_0Act's 36 bytes each: quant::quantize_q8_0_act of `out` bit for bit,
+/// each warp quantizing the 32 values it computed), the input of a Q8_0 output projection
+/// without a quantize launch of its own (act_ready). The decode step's form: both launches read
+/// the rows written before this step (every window row but position *pos's, every compressed
+/// row but one emitted at *pos) before their PDL wait, so those rows and *pos must be complete
+/// before the launch that precedes this call on the stream (earlier steps, uploads); with `sel`
+/// every row is read after the wait.
+struct SinkAttentionOut {
+  bool roped = false;
+  bool quantized = false;
+};
+SinkAttentionOut sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
+                                int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
+                                uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
+                                float* scratch, float* out, const float* inv_rope_table = nullptr, int n_pair = 0,
+                                uint8_t* out_q8 = nullptr);
 
 /// Scratch floats per token of a batched sink_attention_batch call (n_tok > 1): the scores of
 /// n_head heads x max_rows rows, then the n_head softmax denominators.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
@@ -38,6 +39,14 @@ struct AttnWin {
   const float* chunk;
   int64_t chunk_pos0;
 };
+
+// Whether row j of those attended at position p (shape a, no selection) was written by an
+// earlier step: a window row other than p's own (the window's last), or a compressed row other
+// than one emitted at p (the last when (p + 1) % ratio == 0).
+__device__ __forceinline__ bool attn_row_before_step(const AttnShape& a, int64_t p, uint32_t ratio, int64_t j) {
+  if (j < a.n_win) return j < a.n_win - 1;
+  return ratio != 0 && j - a.n_win < p / ratio;
+}
 
 __device__ const float* attn_row(const AttnWin& w, const AttnShape& a, const float* comp, const uint32_t* sel,
                                  int64_t dim, int64_t j) {
@@ -90,11 +99,35 @@ __device__ __forceinline__ float attn_dot8_tree(float s) {
 // tree and tail follow dot8, then the scale, as the CPU does. scratch is [head][row] with stride
 // n_rows (this position's). Token blockIdx.z of a batch: q, pos and scratch advance by q_stride,
 // 1 and scratch_stride (sel, when set, by sel_stride).
+// With rows_early (the decode step: kLaneRows 1, one token, no chunk rows, no selection; set by
+// sink_attention only) the kernel loads the first 8 * kRegs
+// elements of rows written by earlier steps before its PDL wait: the window's rows other than
+// this position's (its ring slot held a position outside the window: raw_cap >= n_swa) and the
+// compressed rows other than one emitted at this position (attn_row_before_step). Every other
+// row, and q, after it; the row loads are issued before q's, so both are in flight together.
 template <int kLaneRows>
 __global__ void __launch_bounds__(256, kLaneRows > 1 ? 2 : 0)
 attn_scores_kernel(const float* q, int64_t q_stride, int n_head, int64_t dim, AttnWin win, int64_t n_swa,
                    const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride,
-                   int64_t n_sel, float* scratch, int64_t scratch_stride) {
+                   int64_t n_sel, float* scratch, int64_t scratch_stride, bool rows_early) {
+  constexpr int kRows = 32 * kLaneRows, kRegs = kAttLaneRegs / kLaneRows;
+  const int l = threadIdx.x & 7;
+  const int64_t full = dim / 8 * 8;
+  float rv[kLaneRows][kRegs];  // the current chunk's row elements (chunk 0 possibly early)
+  bool early = false;          // this lane's chunk 0 loaded before the wait
+  if constexpr (kLaneRows == 1) {
+    if (rows_early && gridDim.z == 1 && !sel && !win.chunk && win.raw_cap >= n_swa) {
+      // pos is written before the step's first launch, rows by earlier steps.
+      const AttnShape a = attn_shape(pos, n_swa, ratio, nullptr, 0);
+      const int64_t jr = blockIdx.x * static_cast<int64_t>(kRows) + threadIdx.x / 8;
+      early = jr < a.n_rows && attn_row_before_step(a, *pos, ratio, jr);
+      if (early) {
+        const float* rw = attn_row(win, a, comp, nullptr, dim, jr);
+#pragma unroll
+        for (int u = 0; u < kRegs; ++u) rv[0][u] = 8 * u < full ? rw[8 * u + l] : 0.0f;
+      }
+    }
+  }
   pdl_wait();
   pdl_trigger();
   if (sel) sel += blockIdx.z * sel_stride;
@@ -104,18 +137,8 @@ attn_scores_kernel(const float* q, int64_t q_stride, int n_head, int64_t dim, At
   extern __shared__ float4 qs4[];  // [dim][kAttHeads] floats
   float* qs = reinterpret_cast<float*>(qs4);
   const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
-  constexpr int kRows = 32 * kLaneRows, kRegs = kAttLaneRegs / kLaneRows;
   if (blockIdx.x * static_cast<int64_t>(kRows) >= a.n_rows) return;  // whole block idle
   const int h0 = blockIdx.y * kAttHeads;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {  // the 8 heads' loads in flight together
-    float v[kAttHeads];
-#pragma unroll
-    for (int hl = 0; hl < kAttHeads; ++hl) v[hl] = h0 + hl < n_head ? q[(h0 + hl) * dim + i] : 0.0f;
-    qs4[i * 2] = make_float4(v[0], v[1], v[2], v[3]);
-    qs4[i * 2 + 1] = make_float4(v[4], v[5], v[6], v[7]);
-  }
-  __syncthreads();
-  const int l = threadIdx.x & 7;
   int64_t j[kLaneRows];
   bool on[kLaneRows];
   const float* row[kLaneRows];
@@ -125,18 +148,28 @@ attn_scores_kernel(const float* q, int64_t q_stride, int n_head, int64_t dim, At
     on[r] = j[r] < a.n_rows;
     row[r] = attn_row(win, a, comp, sel, dim, on[r] ? j[r] : 0);
   }
-  const int64_t full = dim / 8 * 8;
+  auto load_chunk = [&](int64_t c) {
+#pragma unroll
+    for (int r = 0; r < kLaneRows; ++r)
+#pragma unroll
+      for (int u = 0; u < kRegs; ++u) rv[r][u] = c + 8 * u < full ? row[r][c + 8 * u + l] : 0.0f;
+  };
+  if (!early) load_chunk(0);  // in flight with q's loads below
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {  // the 8 heads' loads in flight together
+    float v[kAttHeads];
+#pragma unroll
+    for (int hl = 0; hl < kAttHeads; ++hl) v[hl] = h0 + hl < n_head ? q[(h0 + hl) * dim + i] : 0.0f;
+    qs4[i * 2] = make_float4(v[0], v[1], v[2], v[3]);
+    qs4[i * 2 + 1] = make_float4(v[4], v[5], v[6], v[7]);
+  }
+  __syncthreads();
   float acc[kLaneRows][kAttHeads];
 #pragma unroll
   for (int r = 0; r < kLaneRows; ++r)
 #pragma unroll
     for (int hl = 0; hl < kAttHeads; ++hl) acc[r][hl] = 0.0f;
   for (int64_t c = 0; c < full; c += 8 * kRegs) {
-    float rv[kLaneRows][kRegs];
-#pragma unroll
-    for (int r = 0; r < kLaneRows; ++r)
-#pragma unroll
-      for (int u = 0; u < kRegs; ++u) rv[r][u] = c + 8 * u < full ? row[r][c + 8 * u + l] : 0.0f;
+    if (c > 0) load_chunk(c);
 #pragma unroll
     for (int u = 0; u < kRegs; ++u) {
       if (c + 8 * u >= full) break;
@@ -415,19 +448,15 @@ __global__ void __launch_bounds__(kAttHeads * 32) attn_softmax_kernel(const floa
 // set, the inverse tail RoPE at *pos (rope_kernel's rope_pair with sign -1) is applied to the
 // output before it is stored: pair (2p, 2p + 1) of the tail sits in lanes (2p, 2p + 1) of a warp
 // when the tail starts at an even dim, so one shuffle brings each lane its partner
-// (sink_attention declines the fusion for odd dims).
+// (sink_attention declines the fusion for odd dims). With out_q8 (dim % 32 == 0, so each output
+// warp's 32 values are one Q8_0 block) every output warp also quantizes its values into block
+// ((h0 + warp) * dim + i0) / 32 of out_q8 (quantize_q8_0_block, as the quantize kernels).
 template <int kChunk>
 __global__ void __launch_bounds__(kAttCombineThreads, kChunk == kAttChunk ? 1 : 2)
 attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, int64_t n_swa, const int64_t* pos,
                     const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride, int64_t n_sel,
                     const float* scratch, int64_t scratch_stride, float* out, int64_t out_stride,
-                    const float* rope_table, int n_pair) {
-  pdl_wait();
-  pdl_trigger();
-  if (sel) sel += blockIdx.z * sel_stride;
-  pos += blockIdx.z;
-  scratch += blockIdx.z * scratch_stride;
-  out += blockIdx.z * out_stride;
+                    const float* rope_table, int n_pair, uint8_t* out_q8, bool rows_early) {
   const float* raw = win.raw;
   const int64_t raw_cap = win.raw_cap;
   extern __shared__ float4 smem4[];
@@ -435,13 +464,62 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
   float* ps = vs + kChunk * kAttDims;
   uint32_t* sels = reinterpret_cast<uint32_t*>(ps + kAttHeads * (kChunk + 1));
   __shared__ float ms[kAttHeads], inv[kAttHeads];
-  const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
-  const int64_t n_rows = a.n_rows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int h0 = blockIdx.y * kAttHeads;
   const int64_t i0 = blockIdx.x * static_cast<int64_t>(kAttDims);
-  const int64_t slot0 = a.lo % raw_cap;
   const bool vec4 = dim % 4 == 0;  // 16-byte copies (rows and the slice start 16-byte aligned)
+  // The V slices of chunk c0's rows jj with want(jj) (cp.async, not yet committed); row c0 + jj
+  // as attn_row gives it, without a 64-bit modulo per row.
+  auto copy_rows = [&](const AttnShape& a, const uint32_t* sl, int64_t c0, int cn, auto want) {
+    const int64_t slot0 = a.lo % raw_cap;
+    auto row_at = [&](int jj) -> const float* {
+      const int64_t r = c0 + jj;
+      if (r < a.n_win && win.chunk && a.lo + r >= win.chunk_pos0) return win.chunk + (a.lo + r - win.chunk_pos0) * dim;
+      if (r < a.n_win) {
+        int64_t slot = slot0 + r;
+        while (slot >= raw_cap) slot -= raw_cap;
+        return raw + slot * dim;
+      }
+      return comp + (sl ? static_cast<int64_t>(sels[jj]) : r - a.n_win) * dim;
+    };
+    if (vec4) {
+      for (int e = threadIdx.x; e < cn * (kAttDims / 4); e += blockDim.x) {
+        const int jj = e / (kAttDims / 4), k = 4 * (e % (kAttDims / 4));
+        if (!want(jj)) continue;
+        const float* row = row_at(jj);
+        const bool in = i0 + k < dim;
+        attn_cp_async16(vs + jj * kAttDims + k, in ? row + i0 + k : row, in ? 16 : 0);
+      }
+    } else {
+      for (int e = threadIdx.x; e < cn * kAttDims; e += blockDim.x) {
+        const int jj = e / kAttDims, k = e % kAttDims;
+        if (!want(jj)) continue;
+        const float* row = row_at(jj);
+        const bool in = i0 + k < dim;
+        attn_cp_async4(vs + jj * kAttDims + k, in ? row + i0 + k : row, in ? 4 : 0);
+      }
+    }
+  };
+  // rows_early (the decode step: one token, no chunk rows, no selection): the first chunk's
+  // slices of rows written by earlier steps are copied before the PDL wait
+  // (attn_row_before_step, as the scores kernel); pos is written before the step's first launch.
+  const bool pre = rows_early && gridDim.z == 1 && !sel && !win.chunk && raw_cap >= n_swa;
+  int64_t p_pre = 0;
+  AttnShape a_pre{};
+  if (pre) {
+    p_pre = *pos;
+    a_pre = attn_shape(pos, n_swa, ratio, nullptr, 0);
+    const int cn = static_cast<int>(a_pre.n_rows < kChunk ? a_pre.n_rows : kChunk);
+    copy_rows(a_pre, nullptr, 0, cn, [&](int jj) { return attn_row_before_step(a_pre, p_pre, ratio, jj); });
+  }
+  pdl_wait();
+  pdl_trigger();
+  if (sel) sel += blockIdx.z * sel_stride;
+  pos += blockIdx.z;
+  scratch += blockIdx.z * scratch_stride;
+  out += blockIdx.z * out_stride;
+  const AttnShape a = attn_shape(pos, n_swa, ratio, sel, n_sel);
+  const int64_t n_rows = a.n_rows;
   float denom = 0.0f, o = 0.0f;
   for (int64_t c0 = 0; c0 < n_rows; c0 += kChunk) {
     const int cn = static_cast<int>(n_rows - c0 < kChunk ? n_rows - c0 : kChunk);
@@ -451,32 +529,8 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
         if (c0 + jj >= a.n_win) sels[jj] = sel[c0 + jj - a.n_win];
       __syncthreads();
     }
-    // Row c0 + jj (attn_row without a 64-bit modulo per row).
-    auto row_at = [&](int jj) -> const float* {
-      const int64_t r = c0 + jj;
-      if (r < a.n_win && win.chunk && a.lo + r >= win.chunk_pos0) return win.chunk + (a.lo + r - win.chunk_pos0) * dim;
-      if (r < a.n_win) {
-        int64_t slot = slot0 + r;
-        while (slot >= raw_cap) slot -= raw_cap;
-        return raw + slot * dim;
-      }
-      return comp + (sel ? static_cast<int64_t>(sels[jj]) : r - a.n_win) * dim;
-    };
-    if (vec4) {
-      for (int e = threadIdx.x; e < cn * (kAttDims / 4); e += blockDim.x) {
-        const int jj = e / (kAttDims / 4), k = 4 * (e % (kAttDims / 4));
-        const float* row = row_at(jj);
-        const bool in = i0 + k < dim;
-        attn_cp_async16(vs + jj * kAttDims + k, in ? row + i0 + k : row, in ? 16 : 0);
-      }
-    } else {
-      for (int e = threadIdx.x; e < cn * kAttDims; e += blockDim.x) {
-        const int jj = e / kAttDims, k = e % kAttDims;
-        const float* row = row_at(jj);
-        const bool in = i0 + k < dim;
-        attn_cp_async4(vs + jj * kAttDims + k, in ? row + i0 + k : row, in ? 4 : 0);
-      }
-    }
+    if (pre && c0 == 0) copy_rows(a, sel, c0, cn, [&](int jj) { return !attn_row_before_step(a_pre, p_pre, ratio, jj); });
+    else copy_rows(a, sel, c0, cn, [](int) { return true; });
     asm volatile("cp.async.commit_group;" ::: "memory");
     if (c0 == 0) {  // per-head max over all rows (with the sink), one warp per head
       if (warp < kAttHeads && h0 + warp < n_head) {
@@ -535,6 +589,8 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
     }
   }
   if (h0 + warp < n_head && i < dim) out[(h0 + warp) * dim + i] = v;
+  if (out_q8 && h0 + warp < n_head)  // uniform per warp; i < dim on every lane (dim % 32 == 0)
+    quantize_q8_0_block(v, lane, reinterpret_cast<BQ8_0Act*>(out_q8) + ((h0 + warp) * dim + i0) / 32);
 }
 
 // The weighted sum of a prefill chunk's tokens after attn_softmax_kernel (probabilities in place
@@ -784,13 +840,15 @@ int64_t attention_scratch_floats(int n_head, int64_t max_rows) {
 
 namespace {
 
-// sink_attention_batch's launches; rope_table (n_tok = 1 only): the inverse tail RoPE in the
-// combine kernel (attn_combine_kernel).
+// sink_attention_batch's launches; rope_table and out_q8 (n_tok = 1 only): the inverse tail RoPE
+// and the Q8_0 copy of the outputs in the combine kernel (attn_combine_kernel); rows_early (the
+// decode step only): rows written by earlier steps loaded before the kernels' PDL waits.
 void attention_launches(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,
                         const float* raw, int64_t raw_cap, const float* chunk, int64_t chunk_pos0, int64_t n_swa,
                         const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
                         int64_t sel_stride, int64_t n_sel, int64_t max_rows, float* scratch, float* out,
-                        int64_t out_stride, int n_tok, const float* rope_table, int n_pair) {
+                        int64_t out_stride, int n_tok, const float* rope_table, int n_pair, uint8_t* out_q8,
+                        bool rows_early) {
   if (n_tok <= 0) return;
   const unsigned groups = static_cast<unsigned>((n_head + kAttHeads - 1) / kAttHeads);
   const AttnWin win{raw, raw_cap, chunk, chunk_pos0};
@@ -818,7 +876,7 @@ void attention_launches(const float* q, int64_t q_stride, const float* sinks, in
     allow_dynamic_smem(reinterpret_cast<const void*>(sk), smem);
     const dim3 grid(static_cast<unsigned>((max_rows + rows - 1) / rows), groups, static_cast<unsigned>(n_tok));
     launch_k(sk, grid, 256, smem, q, q_stride, n_head, dim, win, n_swa, pos, comp, ratio, sel, sel_stride, n_sel,
-             scratch, ss);
+             scratch, ss, rows_early);
   }
   if (prep)
     launch_k(attn_softmax_kernel, dim3(groups, static_cast<unsigned>(n_tok)), kAttHeads * 32, 0, sinks, n_head, n_swa,
@@ -842,19 +900,24 @@ void attention_launches(const float* q, int64_t q_stride, const float* sinks, in
   const size_t csmem = combine_smem(kAttChunk);
   allow_dynamic_smem(reinterpret_cast<const void*>(attn_combine_kernel<kAttChunk>), csmem);
   launch_k(attn_combine_kernel<kAttChunk>, cgrid, kAttCombineThreads, csmem, sinks, n_head, dim, win, n_swa, pos, comp,
-           ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride, rope_table, n_pair);
+           ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride, rope_table, n_pair, out_q8, rows_early);
 }
 
 }  // namespace
 
-bool sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
-                    int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
-                    uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
-                    float* scratch, float* out, const float* inv_rope_table, int n_pair) {
-  const bool rope = inv_rope_table && n_pair > 0 && dim % 2 == 0 && 2 * static_cast<int64_t>(n_pair) <= dim;
+SinkAttentionOut sink_attention(const float* q, const float* sinks, int n_head, int64_t dim, const float* raw,
+                                int64_t raw_cap, int64_t n_swa, const int64_t* pos, const float* comp,
+                                uint32_t ratio, const uint32_t* sel, int64_t n_sel, int64_t max_rows,
+                                float* scratch, float* out, const float* inv_rope_table, int n_pair,
+                                uint8_t* out_q8) {
+  SinkAttentionOut r;
+  r.roped = inv_rope_table && n_pair > 0 && dim % 2 == 0 && 2 * static_cast<int64_t>(n_pair) <= dim;
+  // Quantized only if the values stored are final: no RoPE asked for, or the RoPE fused.
+  r.quantized = out_q8 && dim % 32 == 0 && (r.roped || !inv_rope_table);
   attention_launches(q, dim * n_head, sinks, n_head, dim, raw, raw_cap, nullptr, 0, n_swa, pos, comp, ratio, sel, 0,
-                     n_sel, max_rows, scratch, out, dim * n_head, 1, rope ? inv_rope_table : nullptr, rope ? n_pair : 0);
-  return rope;
+                     n_sel, max_rows, scratch, out, dim * n_head, 1, r.roped ? inv_rope_table : nullptr,
+                     r.roped ? n_pair : 0, r.quantized ? out_q8 : nullptr, true);
+  return r;
 }
 
 void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,
@@ -863,7 +926,7 @@ void sink_attention_batch(const float* q, int64_t q_stride, const float* sinks, 
                           int64_t sel_stride, int64_t n_sel, int64_t max_rows, float* scratch, float* out,
                           int64_t out_stride, int n_tok) {
   attention_launches(q, q_stride, sinks, n_head, dim, raw, raw_cap, chunk, chunk_pos0, n_swa, pos, comp, ratio, sel,
-                     sel_stride, n_sel, max_rows, scratch, out, out_stride, n_tok, nullptr, 0);
+                     sel_stride, n_sel, max_rows, scratch, out, out_stride, n_tok, nullptr, 0, nullptr, false);
 }
 
 }  // namespace ds4::cuda
