@@ -415,7 +415,7 @@ TEST_F(CudaVsCpu, AttentionOutputFusionsKeepResults) {
 TEST(CudaNoPdlSites, ParsesSiteListsAndRejectsUnknownNames) {
   using cuda::NoPdlSite;
   const auto bit = [](NoPdlSite s) { return 1u << static_cast<unsigned>(s); };
-  EXPECT_EQ(cuda::parse_no_pdl_sites(nullptr), bit(NoPdlSite::Shexp));
+  EXPECT_EQ(cuda::parse_no_pdl_sites(nullptr), bit(NoPdlSite::Shexp) | bit(NoPdlSite::Aux));
   EXPECT_EQ(cuda::parse_no_pdl_sites(""), 0u);
   EXPECT_EQ(cuda::parse_no_pdl_sites("shexp"), bit(NoPdlSite::Shexp));
   EXPECT_EQ(cuda::parse_no_pdl_sites("hc_pre:gate_up:hc_pre"), bit(NoPdlSite::HcPre) | bit(NoPdlSite::GateUp));

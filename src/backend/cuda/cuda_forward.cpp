@@ -50,8 +50,10 @@ unsigned parse_no_pdl_sites(const char* list) {
                                                 "gate_up", "down", "shexp", "comp", "aux", "sinkhorn"};
   static_assert(std::size(kNames) == static_cast<size_t>(NoPdlSite::Count));
   // The shared expert runs on the branch stream beside the router and the routed experts: with
-  // PDL its down projection's blocks parked on the SMs while its gate/up launch ran.
-  if (list == nullptr) return 1u << static_cast<unsigned>(NoPdlSite::Shexp);
+  // PDL its down projection's blocks parked on the SMs while its gate/up launch ran; the KV
+  // row's store and the indexer (aux) likewise beside the attention's q path.
+  if (list == nullptr)
+    return (1u << static_cast<unsigned>(NoPdlSite::Shexp)) | (1u << static_cast<unsigned>(NoPdlSite::Aux));
   unsigned bits = 0;
   const std::string_view all = list;
   for (size_t at = 0; !all.empty() && at <= all.size();) {
