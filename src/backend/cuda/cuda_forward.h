@@ -58,9 +58,9 @@ enum class NoPdlSite : unsigned {
 
 /// The DS4_CUDA_NO_PDL value `list` as a bit per NoPdlSite: null (unset) gives the default,
 /// `shexp:aux` (the shared expert's launches without PDL: +1.0-1.2 % decode, perf-notes "eleventh
-/// pass"; the KV row store's and indexer's: +0.9 %, "twelfth pass"); empty gives none; else colon-separated names hc_pre, qa_kv, q_b, attn, o_a, o_b,
-/// router, gate_up, down, shexp, comp, aux, sinkhorn. Throws ds4::Error naming the unknown site
-/// and the valid ones.
+/// pass"; the KV row store's and the indexer's: +0.9 %, "twelfth pass"); empty gives none; else
+/// colon-separated names hc_pre, qa_kv, q_b, attn, o_a, o_b, router, gate_up, down, shexp, comp,
+/// aux, sinkhorn. Throws ds4::Error naming the unknown site and the valid ones.
 unsigned parse_no_pdl_sites(const char* list);
 
 /// Runs tokens through the model on the device for one session of `ctx` tokens.

@@ -341,14 +341,13 @@ void indexer_top_k_batch(const float* scores, const int64_t* pos, uint32_t ratio
 /// multiple of 32, unless a table was given and declined, the second launch also writes the
 /// stored outputs as Q8_0 activation blocks (`quantized`; a null table means the caller applies
 /// nothing after this, so a caller with a RoPE of its own to apply must not pass out_q8 then;
-/// block b holds outputs 32b..32b+31 of
-/// the n_head * dim, BQ8_0Act's 36 bytes each: quant::quantize_q8_0_act of `out` bit for bit,
+/// block b holds outputs 32b..32b+31 of the n_head * dim, BQ8_0Act's 36 bytes each: quant::quantize_q8_0_act of `out` bit for bit,
 /// each warp quantizing the 32 values it computed), the input of a Q8_0 output projection
 /// without a quantize launch of its own (act_ready). The decode step's form: both launches read
 /// the rows written before this step (every window row but position *pos's, every compressed
 /// row but one emitted at *pos) before their PDL wait, so those rows and *pos must be complete
-/// before the launch that precedes this call on the stream (earlier steps, uploads); with `sel`
-/// every row is read after the wait.
+/// before the launch that precedes this call on the stream (earlier steps, uploads); with `sel`,
+/// or a ring shorter than the window (raw_cap < n_swa), every row is read after the wait.
 struct SinkAttentionOut {
   bool roped = false;
   bool quantized = false;

@@ -99,10 +99,10 @@ __device__ __forceinline__ float attn_dot8_tree(float s) {
 // tree and tail follow dot8, then the scale, as the CPU does. scratch is [head][row] with stride
 // n_rows (this position's). Token blockIdx.z of a batch: q, pos and scratch advance by q_stride,
 // 1 and scratch_stride (sel, when set, by sel_stride).
-// With rows_early (the decode step: kLaneRows 1, one token, no chunk rows, no selection; set by
-// sink_attention only) the kernel loads the first 8 * kRegs
-// elements of rows written by earlier steps before its PDL wait: the window's rows other than
-// this position's (its ring slot held a position outside the window: raw_cap >= n_swa) and the
+// With rows_early (attention_launches sets it only for the decode step: kLaneRows 1, one token,
+// no chunk rows, no selection, raw_cap >= n_swa) the kernel loads the first 8 * kRegs elements
+// of rows written by earlier steps before its PDL wait: the window's rows other than this
+// position's (its ring slot held a position outside the window: raw_cap >= n_swa) and the
 // compressed rows other than one emitted at this position (attn_row_before_step). Every other
 // row, and q, after it; the row loads are issued before q's, so both are in flight together.
 template <int kLaneRows>
@@ -116,7 +116,7 @@ attn_scores_kernel(const float* q, int64_t q_stride, int n_head, int64_t dim, At
   float rv[kLaneRows][kRegs];  // the current chunk's row elements (chunk 0 possibly early)
   bool early = false;          // this lane's chunk 0 loaded before the wait
   if constexpr (kLaneRows == 1) {
-    if (rows_early && gridDim.z == 1 && !sel && !win.chunk && win.raw_cap >= n_swa) {
+    if (rows_early) {
       // pos is written before the step's first launch, rows by earlier steps.
       const AttnShape a = attn_shape(pos, n_swa, ratio, nullptr, 0);
       const int64_t jr = blockIdx.x * static_cast<int64_t>(kRows) + threadIdx.x / 8;
@@ -500,13 +500,12 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
       }
     }
   };
-  // rows_early (the decode step: one token, no chunk rows, no selection): the first chunk's
-  // slices of rows written by earlier steps are copied before the PDL wait
-  // (attn_row_before_step, as the scores kernel); pos is written before the step's first launch.
-  const bool pre = rows_early && gridDim.z == 1 && !sel && !win.chunk && raw_cap >= n_swa;
+  // rows_early (as the scores kernel's): the first chunk's slices of rows written by earlier
+  // steps are copied before the PDL wait (attn_row_before_step); pos is written before the
+  // step's first launch.
   int64_t p_pre = 0;
   AttnShape a_pre{};
-  if (pre) {
+  if (rows_early) {
     p_pre = *pos;
     a_pre = attn_shape(pos, n_swa, ratio, nullptr, 0);
     const int cn = static_cast<int>(a_pre.n_rows < kChunk ? a_pre.n_rows : kChunk);
@@ -529,7 +528,7 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
         if (c0 + jj >= a.n_win) sels[jj] = sel[c0 + jj - a.n_win];
       __syncthreads();
     }
-    if (pre && c0 == 0) copy_rows(a, sel, c0, cn, [&](int jj) { return !attn_row_before_step(a_pre, p_pre, ratio, jj); });
+    if (rows_early && c0 == 0) copy_rows(a, sel, c0, cn, [&](int jj) { return !attn_row_before_step(a_pre, p_pre, ratio, jj); });
     else copy_rows(a, sel, c0, cn, [](int) { return true; });
     asm volatile("cp.async.commit_group;" ::: "memory");
     if (c0 == 0) {  // per-head max over all rows (with the sink), one warp per head
@@ -842,7 +841,8 @@ namespace {
 
 // sink_attention_batch's launches; rope_table and out_q8 (n_tok = 1 only): the inverse tail RoPE
 // and the Q8_0 copy of the outputs in the combine kernel (attn_combine_kernel); rows_early (the
-// decode step only): rows written by earlier steps loaded before the kernels' PDL waits.
+// decode step only): rows written by earlier steps loaded before the kernels' PDL waits, for
+// the shapes whose older rows are known without the step's own writes (decided here, once).
 void attention_launches(const float* q, int64_t q_stride, const float* sinks, int n_head, int64_t dim,
                         const float* raw, int64_t raw_cap, const float* chunk, int64_t chunk_pos0, int64_t n_swa,
                         const int64_t* pos, const float* comp, uint32_t ratio, const uint32_t* sel,
@@ -850,6 +850,7 @@ void attention_launches(const float* q, int64_t q_stride, const float* sinks, in
                         int64_t out_stride, int n_tok, const float* rope_table, int n_pair, uint8_t* out_q8,
                         bool rows_early) {
   if (n_tok <= 0) return;
+  rows_early = rows_early && n_tok == 1 && !sel && !chunk && raw_cap >= n_swa;
   const unsigned groups = static_cast<unsigned>((n_head + kAttHeads - 1) / kAttHeads);
   const AttnWin win{raw, raw_cap, chunk, chunk_pos0};
   const bool prep = n_tok > 1;  // batched: one softmax pass, then combine blocks that only sum
