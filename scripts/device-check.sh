@@ -18,9 +18,9 @@
 #            the best of 2 runs of 32 tokens (the first captures the CUDA graphs, the second reuses them)
 #   prefill  prefill tok/s at 2K / 8K, once per entry of $AB
 #   kprof    ds4-bench --kernel-profile (per-matrix matvec rates), once per entry of $AB
-#   sprof    DS4_CUDA_PROFILE=1 decode step profile at 2K, once per entry of $AB
+#   sprof    DS4_CUDA_PROFILE=1 decode step profile at $PROFILE_CTX (default 2048), once per entry of $AB
 #   ncu      Nsight Compute of $KERNEL (regex, default "rowslice"), $NCU_COUNT launches (4)
-#   ktime    every decode kernel's duration at 2K (ncu, graph nodes one by one, serialised):
+#   ktime    every decode kernel's duration at $PROFILE_CTX (default 2048; ncu, graph nodes one by one, serialised):
 #            per-kernel totals per step against the graph's step time (the launch gaps)
 # TEST_AB: environment settings under which the CudaKernels.* tests run again (as AB's, without
 # "@DIR" entries).
@@ -67,6 +67,7 @@ for step in $STEPS; do  # a mistyped step is refused before the others spend dev
   [[ " $STEP_NAMES " == *" $step "* ]] || { echo "$0: unknown step $step (steps: $STEP_NAMES)" >&2; exit 2; }
 done
 [[ ${ROUNDS:-2} =~ ^[1-9][0-9]*$ ]] || { echo "$0: ROUNDS must be a positive integer, not '${ROUNDS}'" >&2; exit 2; }
+[[ ${PROFILE_CTX:-2048} =~ ^[1-9][0-9]*$ ]] || { echo "$0: PROFILE_CTX must be a positive integer, not '${PROFILE_CTX}'" >&2; exit 2; }
 # An AB entry is "-", "VAR=value,...", "@DIR" or "@DIR,VAR=value,...".
 entry_dir() { local d=${1#@}; echo "${d%%,*}"; }  # DIR of an "@" entry
 entry_vars() {  # the entry's comma-separated variables (empty for "-" and a bare "@DIR")
@@ -177,8 +178,8 @@ for step in $STEPS; do
       ;;
     ktime)  # one metric, no replay: each kernel of 2 decode steps timed alone (weight generation and layout excluded)
       ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
-        -k 'regex:^(?!synth|split_rows)' "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state --ctx-start 2048 \
-        --ctx-max 2048 -n 2 >"$OUT/ktime.csv" 2>"$OUT/ktime.err"
+        -k 'regex:^(?!synth|split_rows)' "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state \
+        --ctx-start "${PROFILE_CTX:-2048}" --ctx-max "${PROFILE_CTX:-2048}" -n 2 >"$OUT/ktime.csv" 2>"$OUT/ktime.err"
       # Fields: ..., "Kernel Name" (5), ..., "Metric Value" (15); steps = embed launches.
       awk -F'","' '$13 == "gpu__time_duration.sum" {v = $15; gsub(/[",]/, "", v); n[$5]++; t[$5] += v; if ($5 ~ /embed/) steps++}
         END {for (k in n) {printf "%10.1f us/step %7.1f calls/step %8.2f us/call  %s\n", t[k] / 1e3 / steps,
@@ -187,12 +188,12 @@ for step in $STEPS; do
         "$OUT/ktime.csv" | sort -rn >"$OUT/ktime.txt"
       summary+=("ktime: $(grep total "$OUT/ktime.txt")")
       ;;
-    sprof)  # once per entry of $AB; the summary keeps the routed experts' lines
+    sprof)  # once per entry of $AB; the summary keeps the routed experts', the indexer's and the attention's lines
       for entry in $AB; do
         tag="sprof.${entry//[^A-Za-z0-9_]/_}"
         with_env "$entry" env DS4_CUDA_PROFILE=1 "$(bench_of "$entry")" --cuda --synthetic flash-q2 --fill-state \
-          --ctx-start 2048 --ctx-max 2048 -n 4 >"$OUT/$tag.log" 2>&1
-        summary+=("$tag: $(grep -E '_exps|step profile' "$OUT/$tag.log" | tr -s ' ' | tr '\n' ';')")
+          --ctx-start "${PROFILE_CTX:-2048}" --ctx-max "${PROFILE_CTX:-2048}" -n 4 >"$OUT/$tag.log" 2>&1
+        summary+=("$tag: $(grep -E '_exps|indexer|attention|step profile' "$OUT/$tag.log" | tr -s ' ' | tr '\n' ';')")
       done
       ;;
   esac

@@ -93,6 +93,57 @@ TEST_F(CudaKernels, TopKMatchesCpuWithTiesNanAndSignedZeros) {
   EXPECT_EQ(gpu_top_k(all_nan, 512), cpu_top_k(all_nan, 512));
 }
 
+// Indexer scores of one token (and of a batch of tokens at different positions) against
+// model::indexer_scores, bit for bit, for every head dim the kernel takes and head counts that
+// leave a warp part-empty; row counts below, at and past the kernel's 16-row tiles and grid.
+TEST_F(CudaKernels, IndexerScoresMatchCpu) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  struct Shape { int n_head; int64_t dim; };
+  for (const Shape sh : {Shape{64, 128}, Shape{4, 32}, Shape{4, 64}, Shape{3, 8}, Shape{13, 256}, Shape{8, 16}}) {
+    const int64_t max_rows = sh.dim == 128 ? 8200 : 700;
+    std::vector<float> rows(static_cast<size_t>(max_rows * sh.dim));
+    for (float& v : rows) v = nd(rng);
+    for (int64_t i = 0; i < sh.dim; ++i) rows[static_cast<size_t>(2 * sh.dim + i)] = 0.0f;  // an all-zero row
+    const int n_tok = 3;
+    std::vector<float> q(static_cast<size_t>(n_tok * sh.n_head * sh.dim)), w(static_cast<size_t>(n_tok * sh.n_head));
+    for (float& v : q) v = nd(rng);
+    for (float& v : w) v = nd(rng);
+    const std::vector<int64_t> n_rows = {max_rows, 17, 1};  // token t sees n_rows[t] rows
+    std::vector<int64_t> pos(n_tok);
+    for (int t = 0; t < n_tok; ++t) pos[static_cast<size_t>(t)] = 4 * n_rows[static_cast<size_t>(t)] + 2;
+    cuda::DeviceArray<float> dq(q.size()), dw(w.size()), drows(rows.size());
+    cuda::DeviceArray<float> ds(static_cast<size_t>(n_tok * max_rows));
+    cuda::DeviceArray<int64_t> dpos(pos.size());
+    dq.upload(q.data(), q.size());
+    dw.upload(w.data(), w.size());
+    drows.upload(rows.data(), rows.size());
+    dpos.upload(pos.data(), pos.size());
+    std::vector<std::vector<float>> want(n_tok);
+    for (int t = 0; t < n_tok; ++t) {
+      const size_t n = static_cast<size_t>(n_rows[static_cast<size_t>(t)]);
+      want[static_cast<size_t>(t)].resize(n);
+      model::indexer_scores({&q[static_cast<size_t>(t * sh.n_head * sh.dim)], static_cast<size_t>(sh.n_head * sh.dim)},
+                            {&w[static_cast<size_t>(t * sh.n_head)], static_cast<size_t>(sh.n_head)},
+                            {rows.data(), n * static_cast<size_t>(sh.dim)}, want[static_cast<size_t>(t)]);
+    }
+    const std::string shape = std::to_string(sh.n_head) + " x " + std::to_string(sh.dim);
+    // One token: token 0's query and position, the grid for max_rows.
+    cuda::indexer_scores(dq.get(), dw.get(), sh.n_head, sh.dim, drows.get(), dpos.get(), 4, max_rows, ds.get());
+    cuda::check(cudaDeviceSynchronize(), "indexer scores");
+    EXPECT_EQ(download(ds, want[0].size()), want[0]) << shape;
+    cuda::indexer_scores_batch(dq.get(), dw.get(), sh.n_head, sh.dim, drows.get(), dpos.get(), 4, max_rows, ds.get(),
+                               n_tok);
+    cuda::check(cudaDeviceSynchronize(), "indexer scores batch");
+    const std::vector<float> got = download(ds, ds.size());
+    for (int t = 0; t < n_tok; ++t) {
+      const auto first = got.begin() + t * max_rows;
+      EXPECT_EQ(std::vector<float>(first, first + static_cast<int64_t>(want[static_cast<size_t>(t)].size())),
+                want[static_cast<size_t>(t)]) << shape << " batch token " << t;
+    }
+  }
+}
+
 TEST_F(CudaKernels, IndexerQatMatchesCpuRows) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 2.0f);

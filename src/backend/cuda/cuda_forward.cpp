@@ -75,6 +75,11 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   // Limits of the kernels' shared-memory tables (router scores, HC combine matrix).
   if (c.n_expert > 4096) fail("CUDA backend: {} experts exceed the supported 4096", c.n_expert);
   if (c.n_hc > 5) fail("CUDA backend: {} hyper-connection streams exceed the supported 5", c.n_hc);
+  if (c.n_indexer_head > 0 &&
+      (c.n_indexer_head > static_cast<uint32_t>(kMaxIndexerHeads) || c.indexer_head_dim < kMinIndexerDim ||
+       c.indexer_head_dim > kMaxIndexerDim))
+    fail("CUDA backend: an indexer of {} heads x {} values is outside the supported {} heads x {}..{} values",
+         c.n_indexer_head, c.indexer_head_dim, kMaxIndexerHeads, kMinIndexerDim, kMaxIndexerDim);
   n_pair_ = static_cast<int>(c.n_rot / 2);
   batch_tokens_ = default_batch_tokens();
   if (const char* pp = std::getenv("DS4_CUDA_PREFILL_PROFILE"); pp && std::strcmp(pp, "0") != 0)

@@ -301,8 +301,14 @@ void embed(const uint8_t* table, uint32_t type, size_t row_bytes, const int32_t*
 /// (seeded synthetic weights, src/backend/synthetic/synthetic_blocks.h).
 void synth_fill(const synth::SynthParams& params, uint8_t* out, uint64_t n_blocks);
 
+/// The indexer shapes indexer_scores takes: up to kMaxIndexerHeads heads of kMinIndexerDim ..
+/// kMaxIndexerDim values (a power of two; Flash and Pro: 64 heads of 128).
+constexpr int kMaxIndexerHeads = 256;
+constexpr int64_t kMinIndexerDim = 8, kMaxIndexerDim = 256;
+
 /// Indexer scores (model::indexer_scores) of q [n_head*dim] with head weights w [n_head]
 /// against the n = (*pos + 1) / ratio rows [n*dim] into scores [n]; the grid covers max_rows.
+/// Throws ds4::Error for a shape outside the limits above.
 void indexer_scores(const float* q, const float* w, int n_head, int64_t dim, const float* rows,
                     const int64_t* pos, uint32_t ratio, int64_t max_rows, float* scores);
 

@@ -9,6 +9,7 @@
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "common/error.h"
 
 namespace ds4::cuda {
 namespace {
@@ -223,51 +224,79 @@ __global__ void compressor_chunk_finish_kernel(float* pooled, int64_t d, uint32_
   emit_finish(pooled + blockIdx.x * d, d, norm, eps, rope_table, n_pair, indexer, n_fp8, p, ratio, rows);
 }
 
-// model::detail::dot_f32 (8 interleaved partial sums, fixed tree, serial tail) with b read at
-// stride `bs` (b[i * bs]).
-__device__ float dot8_strided(const float* a, const float* b, int bs, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-#pragma unroll
-    for (int l = 0; l < 8; ++l) acc[l] += a[i + l] * b[(i + l) * bs];
-  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i * bs];
-  return s;
-}
+// Rows per shared-memory tile of indexer_scores_kernel (two tiles in flight per block).
+constexpr int kScoreTile = 16;
 
-// One warp per compressed row (grid-stride); lane h (mod 32) takes heads h, h+32, ...; the head
-// terms are summed in head order as model::indexer_scores does. The queries sit transposed in
-// shared memory ([dim][n_head]), so the lanes' reads of one query element are consecutive words
-// and the row's elements are one broadcast read per warp.
+// Indexer scores (model::indexer_scores) with kDim (8..256, a power of two) values per head.
+// A block's warps cover the heads, 8 per warp and 4 lanes per head: lane j of a head holds that
+// head's query values of dot8's chains 2j and 2j+1 (dims 8m + 2j, 8m + 2j + 1) in registers and
+// runs those two chains over a row staged in shared memory; two xor shuffles then add the chains
+// in dot8's tree ((c0 + c4) + (c1 + c5)) + ((c2 + c6) + (c3 + c7)) (float addition commutes,
+// so every lane's sum is the CPU's). The head terms max(dot, 0) * (w[h] * scale) go to shared
+// memory and one thread per row adds them in head order, as the CPU does. The block walks tiles
+// of kScoreTile rows (grid-stride), the next tile's cp.async copy in flight during this one.
 // Token blockIdx.y of a batch: q, w, pos and scores advance by q_stride, n_head, 1, s_stride.
-__global__ void indexer_scores_kernel(const float* q, int64_t q_stride, const float* w, int n_head, int64_t dim,
+template <int kDim>
+__global__ void indexer_scores_kernel(const float* q, int64_t q_stride, const float* w, int n_head,
                                       const float* rows, const int64_t* pos, uint32_t ratio,
                                       float* scores, int64_t s_stride) {
+  constexpr int kM = kDim / 8;
   pdl_wait();
   pdl_trigger();
   q += blockIdx.y * q_stride;
   w += blockIdx.y * static_cast<int64_t>(n_head);
   pos += blockIdx.y;
   scores += blockIdx.y * s_stride;
-  extern __shared__ float qt[];
-  for (int64_t k = threadIdx.x; k < n_head * dim; k += blockDim.x) qt[(k % dim) * n_head + k / dim] = q[k];
-  __syncthreads();
+  extern __shared__ float4 score_smem[];
+  float* tiles = reinterpret_cast<float*>(score_smem);  // 2 x kScoreTile x kDim
+  float* terms = tiles + 2 * kScoreTile * kDim;         // kScoreTile x (n_head + 1)
+  const int h = static_cast<int>(threadIdx.x / 4), j = static_cast<int>(threadIdx.x & 3);
+  const bool on = h < n_head;
+  const float scale = 1.0f / sqrtf(static_cast<float>(kDim * n_head));
+  float2 qv[kM];
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+    qv[m] = on ? *reinterpret_cast<const float2*>(q + static_cast<int64_t>(h) * kDim + 8 * m + 2 * j)
+               : make_float2(0.0f, 0.0f);
+  const float wh = on ? w[h] * scale : 0.0f;
   const int64_t n_rows = (*pos + 1) / ratio;
-  const int lane = threadIdx.x & 31;
-  const int64_t warps = blockDim.x / 32;
-  const float scale = 1.0f / sqrtf(static_cast<float>(dim * n_head));
-  for (int64_t c = blockIdx.x * warps + threadIdx.x / 32; c < n_rows; c += gridDim.x * warps) {
-    const float* row = rows + c * dim;
-    float s = 0.0f;
-    for (int h0 = 0; h0 < n_head; h0 += 32) {
-      const int h = h0 + lane;
-      float t = 0.0f;
-      if (h < n_head) t = fmaxf(dot8_strided(row, qt + h, n_head, dim), 0.0f) * (w[h] * scale);
-      const int cnt = n_head - h0 < 32 ? n_head - h0 : 32;
-      for (int k = 0; k < cnt; ++k) s += __shfl_sync(0xffffffffu, t, k);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kScoreTile;
+  auto stage = [&](float* tile, int64_t r0) {
+    const int64_t n4 = (n_rows - r0 < kScoreTile ? n_rows - r0 : kScoreTile) * (kDim / 4);
+    for (int64_t i = threadIdx.x; i < n4; i += blockDim.x) cp_async16(tile + 4 * i, rows + r0 * kDim + 4 * i);
+  };
+  int64_t r0 = static_cast<int64_t>(blockIdx.x) * kScoreTile;
+  if (r0 < n_rows) stage(tiles, r0);
+  cp_async_commit();
+  for (int it = 0; r0 < n_rows; ++it, r0 += step) {
+    if (r0 + step < n_rows) stage(tiles + ((it + 1) & 1) * kScoreTile * kDim, r0 + step);
+    cp_async_commit();
+    cp_async_wait_group<1>();  // this tile's copies (the next tile's may still fly)
+    __syncthreads();
+    const float* tile = tiles + (it & 1) * kScoreTile * kDim;
+    const int nr = static_cast<int>(n_rows - r0 < kScoreTile ? n_rows - r0 : kScoreTile);
+    for (int r = 0; r < nr; ++r) {
+      const float* row = tile + r * kDim + 2 * j;
+      float c0 = 0.0f, c1 = 0.0f;
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        const float2 x = *reinterpret_cast<const float2*>(row + 8 * m);
+        c0 += x.x * qv[m].x;
+        c1 += x.y * qv[m].y;
+      }
+      c0 += __shfl_xor_sync(0xffffffffu, c0, 2);  // lanes 0, 1: chains (2j) + (2j + 4)
+      c1 += __shfl_xor_sync(0xffffffffu, c1, 2);
+      float d = c0 + c1;
+      d += __shfl_xor_sync(0xffffffffu, d, 1);
+      if (on && j == 0) terms[r * (n_head + 1) + h] = fmaxf(d, 0.0f) * wh;
     }
-    if (lane == 0) scores[c] = s;
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < nr) {
+      const float* t = terms + threadIdx.x * (n_head + 1);
+      float sum = 0.0f;
+      for (int k = 0; k < n_head; ++k) sum += t[k];
+      scores[r0 + threadIdx.x] = sum;
+    }
   }
 }
 
@@ -276,8 +305,11 @@ __global__ void indexer_scores_kernel(const float* q, int64_t q_stride, const fl
 // Each score maps to a 32-bit key that orders like the scores (NaN lowest, -0 == +0); four
 // 8-bit histogram passes find the k-th largest key T; the rows with key > T and the first
 // (by id) rows with key == T that complete k are then written in id order: each thread owns a
-// contiguous id range, and exclusive scans of the per-thread counts give its output slots.
+// contiguous id range, and an exclusive scan of the per-thread counts gives its output slots.
+// Each warp counts into a histogram of its own (lanes with one digit add once), so warps never
+// contend for a bin; one warp then finds the digit holding the k-th key by a scan.
 constexpr int kTopKThreads = 1024;
+constexpr int kTopKWarps = kTopKThreads / 32;
 
 __device__ uint32_t score_key(float v) {
   if (isnan(v)) return 0u;
@@ -286,27 +318,27 @@ __device__ uint32_t score_key(float v) {
 }
 
 // Exclusive prefix sum of v over the block (blockDim.x == kTopKThreads); *total gets the sum.
-__device__ int64_t block_exclusive_scan(int64_t v, int64_t* total) {
-  __shared__ int64_t warp_sum[kTopKThreads / 32];
+__device__ uint64_t block_exclusive_scan(uint64_t v, uint64_t* total) {
+  __shared__ uint64_t warp_sum[kTopKWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-  int64_t inc = v;
+  uint64_t inc = v;
   for (int off = 1; off < 32; off <<= 1) {
-    const int64_t o = __shfl_up_sync(0xffffffffu, inc, off);
+    const uint64_t o = __shfl_up_sync(0xffffffffu, inc, off);
     if (lane >= off) inc += o;
   }
   if (lane == 31) warp_sum[warp] = inc;
   __syncthreads();
   if (warp == 0) {
-    int64_t w = warp_sum[lane];
+    uint64_t w = warp_sum[lane];
     for (int off = 1; off < 32; off <<= 1) {
-      const int64_t o = __shfl_up_sync(0xffffffffu, w, off);
+      const uint64_t o = __shfl_up_sync(0xffffffffu, w, off);
       if (lane >= off) w += o;
     }
     warp_sum[lane] = w;  // inclusive
   }
   __syncthreads();
-  const int64_t before = (warp ? warp_sum[warp - 1] : 0) + inc - v;
-  *total = warp_sum[kTopKThreads / 32 - 1];
+  const uint64_t before = (warp ? warp_sum[warp - 1] : 0) + inc - v;
+  *total = warp_sum[kTopKWarps - 1];
   __syncthreads();
   return before;
 }
@@ -319,53 +351,74 @@ __global__ void top_k_kernel(const float* s, int64_t s_stride, const int64_t* po
   s += blockIdx.x * s_stride;
   pos += blockIdx.x;
   sel += blockIdx.x * k;
-  __shared__ uint32_t hist[256];
+  __shared__ uint32_t hist[kTopKWarps][256];
+  __shared__ uint32_t total[256];
   __shared__ uint32_t s_prefix;
-  __shared__ int64_t s_remaining;
+  __shared__ uint32_t s_remaining;
   const int64_t n = (*pos + 1) / ratio;
-  const int t = threadIdx.x;
+  const int t = threadIdx.x, lane = t & 31, warp = t / 32;
   if (n <= k) {
     for (int64_t a = t; a < n; a += blockDim.x) sel[a] = static_cast<uint32_t>(a);
     return;
   }
   uint32_t prefix = 0, mask = 0;
-  if (t == 0) s_remaining = k;
+  if (t == 0) s_remaining = static_cast<uint32_t>(k);  // k < n <= 2^32 (row ids are 32-bit)
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = t; i < 256; i += blockDim.x) hist[i] = 0;
+    for (int i = t; i < kTopKWarps * 256; i += blockDim.x) (&hist[0][0])[i] = 0;
     __syncthreads();
+#pragma unroll 4
     for (int64_t a = t; a < n; a += blockDim.x) {
       const uint32_t key = score_key(s[a]);
       const bool in = (key & mask) == prefix;
-      const uint32_t digit = in ? (key >> shift) & 255u : 256u + (threadIdx.x & 31);
-      // Lanes with the same digit add once (the top digits of nearby scores often coincide).
+      const uint32_t digit = in ? (key >> shift) & 255u : 256u + lane;
       const uint32_t peers = __match_any_sync(__activemask(), digit);
-      if (in && (__ffs(peers) - 1) == (threadIdx.x & 31)) atomicAdd(&hist[digit], __popc(peers));
+      if (in && (__ffs(peers) - 1) == lane) atomicAdd(&hist[warp][digit], __popc(peers));  // the warp's own bins
     }
     __syncthreads();
-    if (t == 0) {
-      int64_t rem = s_remaining;
-      int d = 255;
-      for (; d > 0 && hist[d] < rem; --d) rem -= hist[d];
-      s_remaining = rem;
-      s_prefix = prefix | (static_cast<uint32_t>(d) << shift);
+    if (t < 256) {
+      uint32_t c = 0;
+      for (int w = 0; w < kTopKWarps; ++w) c += hist[w][t];
+      total[t] = c;
+    }
+    __syncthreads();
+    if (warp == 0) {  // lane l holds digits 255 - 8l down to 248 - 8l
+      uint32_t c[8], sum = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum += (c[i] = total[255 - 8 * lane - i]);
+      uint32_t inc = sum;
+      for (int off = 1; off < 32; off <<= 1) {
+        const uint32_t o = __shfl_up_sync(0xffffffffu, inc, off);
+        if (lane >= off) inc += o;
+      }
+      const uint32_t rem = s_remaining, before = inc - sum;
+      const uint32_t found = __ballot_sync(0xffffffffu, before < rem && rem <= inc);
+      const int src = found ? __ffs(found) - 1 : 31;  // (always found: the prefix holds >= rem keys)
+      if (lane == src) {
+        uint32_t r = rem - before;
+        int i = 0;
+        for (; i < 7 && c[i] < r; ++i) r -= c[i];
+        s_remaining = r;
+        s_prefix = prefix | (static_cast<uint32_t>(255 - 8 * lane - i) << shift);
+      }
     }
     __syncthreads();
     prefix = s_prefix;
     mask |= 255u << shift;
   }
-  const uint32_t T = prefix;        // the k-th largest key
-  const int64_t take_eq = s_remaining;  // rows with key == T to take, lowest ids first
+  const uint32_t T = prefix;             // the k-th largest key
+  const uint64_t take_eq = s_remaining;  // rows with key == T to take, lowest ids first
   const int64_t per = (n + blockDim.x - 1) / blockDim.x;
   const int64_t lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
-  int64_t gt = 0, eq = 0;
+  uint64_t gt = 0, eq = 0;
   for (int64_t a = lo; a < hi; ++a) {
     const uint32_t key = score_key(s[a]);
     gt += key > T;
     eq += key == T;
   }
-  int64_t total;
-  int64_t gt_before = block_exclusive_scan(gt, &total);
-  int64_t eq_before = block_exclusive_scan(eq, &total);
+  // One scan of both counts: gt in the high 32 bits, eq in the low (each total is <= n < 2^32).
+  uint64_t total_both;
+  const uint64_t both = block_exclusive_scan((gt << 32) | eq, &total_both);
+  uint64_t gt_before = both >> 32, eq_before = both & 0xffffffffu;
   for (int64_t a = lo; a < hi; ++a) {
     const uint32_t key = score_key(s[a]);
     if (key > T) {
@@ -415,24 +468,51 @@ void indexer_qat(float* x, int n_rows, int64_t dim) {
   launch_k(indexer_qat_kernel, n_rows, 128, dim * sizeof(float), x, dim);
 }
 
+namespace {
+
+template <int kDim>
+void launch_scores(dim3 grid, const float* q, int64_t q_stride, const float* w, int n_head, const float* rows,
+                   const int64_t* pos, uint32_t ratio, float* scores, int64_t s_stride) {
+  const size_t smem = (2 * kScoreTile * kDim + kScoreTile * (n_head + 1)) * sizeof(float);
+  allow_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_kernel<kDim>), smem);
+  const unsigned threads = static_cast<unsigned>((n_head + 7) / 8 * 32);
+  launch_k(indexer_scores_kernel<kDim>, grid, threads, smem, q, q_stride, w, n_head, rows, pos, ratio, scores,
+           s_stride);
+}
+
+// grid.x blocks per token over n_tok = grid.y tokens.
+void scores_dispatch(dim3 grid, const float* q, int64_t q_stride, const float* w, int n_head, int64_t dim,
+                     const float* rows, const int64_t* pos, uint32_t ratio, float* scores, int64_t s_stride) {
+  if (n_head < 1 || n_head > kMaxIndexerHeads)
+    fail("indexer scores: {} heads outside the CUDA kernel's 1..{}", n_head, kMaxIndexerHeads);
+  switch (dim) {
+    case 8: return launch_scores<8>(grid, q, q_stride, w, n_head, rows, pos, ratio, scores, s_stride);
+    case 16: return launch_scores<16>(grid, q, q_stride, w, n_head, rows, pos, ratio, scores, s_stride);
+    case 32: return launch_scores<32>(grid, q, q_stride, w, n_head, rows, pos, ratio, scores, s_stride);
+    case 64: return launch_scores<64>(grid, q, q_stride, w, n_head, rows, pos, ratio, scores, s_stride);
+    case 128: return launch_scores<128>(grid, q, q_stride, w, n_head, rows, pos, ratio, scores, s_stride);
+    case 256: return launch_scores<256>(grid, q, q_stride, w, n_head, rows, pos, ratio, scores, s_stride);
+    default: fail("indexer scores: head dim {} is not one the CUDA kernel takes (8, 16, ..., 256)", dim);
+  }
+}
+
+}  // namespace
+
 void indexer_scores(const float* q, const float* w, int n_head, int64_t dim, const float* rows,
                     const int64_t* pos, uint32_t ratio, int64_t max_rows, float* scores) {
-  const size_t smem = static_cast<size_t>(n_head) * dim * sizeof(float);
-  allow_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_kernel), smem);
-  const int64_t blocks = (max_rows + 7) / 8;  // 8 warps (rows) per block at most
-  launch_k(indexer_scores_kernel, static_cast<unsigned>(std::min<int64_t>(blocks, 264)), kThreads, smem, q, int64_t{0},
-           w, n_head, dim, rows, pos, ratio, scores, int64_t{0});
+  const int64_t tiles = (max_rows + kScoreTile - 1) / kScoreTile;  // two blocks per SM at most
+  scores_dispatch(dim3(static_cast<unsigned>(std::clamp<int64_t>(tiles, 1, 264))), q, 0, w, n_head, dim, rows, pos,
+                  ratio, scores, 0);
 }
 
 void indexer_scores_batch(const float* q, const float* w, int n_head, int64_t dim, const float* rows,
                           const int64_t* pos, uint32_t ratio, int64_t max_rows, float* scores, int n_tok) {
   if (n_tok <= 0) return;
-  const size_t smem = static_cast<size_t>(n_head) * dim * sizeof(float);
-  allow_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_kernel), smem);
-  // About two waves of blocks over all the tokens (each block transposes its token's queries).
-  const int64_t per_tok = std::max<int64_t>(1, std::min<int64_t>((max_rows + 7) / 8, 528 / n_tok));
-  launch_k(indexer_scores_kernel, dim3(static_cast<unsigned>(per_tok), static_cast<unsigned>(n_tok)), kThreads, smem,
-           q, static_cast<int64_t>(n_head) * dim, w, n_head, dim, rows, pos, ratio, scores, max_rows);
+  // About four blocks per SM over all the tokens (each block loads its token's queries).
+  const int64_t tiles = (max_rows + kScoreTile - 1) / kScoreTile;
+  const int64_t per_tok = std::max<int64_t>(1, std::min<int64_t>(tiles, 528 / n_tok));
+  scores_dispatch(dim3(static_cast<unsigned>(per_tok), static_cast<unsigned>(n_tok)), q,
+                  static_cast<int64_t>(n_head) * dim, w, n_head, dim, rows, pos, ratio, scores, max_rows);
 }
 
 void indexer_top_k(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows, int64_t k,
