@@ -317,8 +317,8 @@ __device__ uint32_t score_key(float v) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // -inf -> 0x007fffff > 0
 }
 
-// Exclusive prefix sum of v over the block (blockDim.x == kTopKThreads); *total gets the sum.
-__device__ uint64_t block_exclusive_scan(uint64_t v, uint64_t* total) {
+// Exclusive prefix sum of v over the block (blockDim.x == kTopKThreads).
+__device__ uint64_t block_exclusive_scan(uint64_t v) {
   __shared__ uint64_t warp_sum[kTopKWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
   uint64_t inc = v;
@@ -337,10 +337,7 @@ __device__ uint64_t block_exclusive_scan(uint64_t v, uint64_t* total) {
     warp_sum[lane] = w;  // inclusive
   }
   __syncthreads();
-  const uint64_t before = (warp ? warp_sum[warp - 1] : 0) + inc - v;
-  *total = warp_sum[kTopKWarps - 1];
-  __syncthreads();
-  return before;
+  return (warp ? warp_sum[warp - 1] : 0) + inc - v;
 }
 
 // Token blockIdx.x of a batch: s, pos and sel advance by s_stride, 1 and k.
@@ -416,8 +413,7 @@ __global__ void top_k_kernel(const float* s, int64_t s_stride, const int64_t* po
     eq += key == T;
   }
   // One scan of both counts: gt in the high 32 bits, eq in the low (each total is <= n < 2^32).
-  uint64_t total_both;
-  const uint64_t both = block_exclusive_scan((gt << 32) | eq, &total_both);
+  const uint64_t both = block_exclusive_scan((gt << 32) | eq);
   uint64_t gt_before = both >> 32, eq_before = both & 0xffffffffu;
   for (int64_t a = lo; a < hi; ++a) {
     const uint32_t key = score_key(s[a]);
