@@ -19,7 +19,8 @@
 #   prefill  prefill tok/s at 2K / 8K, once per entry of $AB
 #   kprof    ds4-bench --kernel-profile (per-matrix matvec rates), once per entry of $AB
 #   sprof    DS4_CUDA_PROFILE=1 decode step profile at $PROFILE_CTX (default 2048), once per entry of $AB
-#   ncu      Nsight Compute of $KERNEL (regex, default "rowslice"), $NCU_COUNT launches (4)
+#   ncu      Nsight Compute of $KERNEL (regex, default "rowslice"), $NCU_COUNT launches (4), at $PROFILE_CTX;
+#            NCU_SOURCE=1: also the stall samples per SASS instruction (ncu-source.csv)
 #   ktime    every decode kernel's duration at $PROFILE_CTX (default 2048; ncu, graph nodes one by one, serialised):
 #            per-kernel totals per step against the graph's step time (the launch gaps)
 # TEST_AB: environment settings under which the CudaKernels.* tests run again (as AB's, without
@@ -168,12 +169,20 @@ for step in $STEPS; do
         [ "$step" = kprof ] && break
       done
       ;;
-    ncu)  # KERNEL=regex (default the routed-expert matvecs): a few launches of a decode step
+    ncu)  # KERNEL=regex (default the routed-expert matvecs): a few launches of a decode step at $PROFILE_CTX
+      # NCU_SOURCE=1 also samples warp stalls per SASS instruction (ncu-source.csv: the source page)
+      src=()
+      [ "${NCU_SOURCE:-0}" = 1 ] && src=(--section SourceCounters --import-source no -o "$OUT/ncu" -f)
       DS4_CUDA_GRAPH=0 DS4_CUDA_PDL=0 ncu --clock-control none -k "regex:${KERNEL:-rowslice}" -c "${NCU_COUNT:-4}" \
         --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
-        --section LaunchStats --section SchedulerStats --metrics "$(stall_metrics)" \
-        "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state --ctx-start 2048 --ctx-max 2048 -n 1 \
-        >"$OUT/ncu.log" 2>&1
+        --section LaunchStats --section SchedulerStats --metrics "$(stall_metrics)" "${src[@]}" \
+        "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state --ctx-start "${PROFILE_CTX:-2048}" \
+        --ctx-max "${PROFILE_CTX:-2048}" -n 1 >"$OUT/ncu.log" 2>&1
+      if [ ${#src[@]} -gt 0 ]; then
+        ncu --import "$OUT/ncu.ncu-rep" --print-details all >"$OUT/ncu.log" 2>&1
+        ncu --import "$OUT/ncu.ncu-rep" --page source --print-source sass --csv >"$OUT/ncu-source.csv" 2>&1
+        rm -f "$OUT/ncu.ncu-rep"
+      fi
       summary+=("ncu: $(grep -c . "$OUT/ncu.log") lines in ncu.log")
       ;;
     ktime)  # one metric, no replay: each kernel of 2 decode steps timed alone (weight generation and layout excluded)

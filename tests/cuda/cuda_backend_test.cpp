@@ -503,6 +503,30 @@ TEST(CudaSynthetic, TinyModelIsDeterministicFiniteAndPlanned) {
   }
 }
 
+// Indexers the CUDA scores kernel does not take (more than kMaxIndexerHeads heads, head dims
+// outside kMinIndexerDim..kMaxIndexerDim) are refused when the session is made, with the
+// limits in the message, not at the first ratio-4 step.
+TEST(CudaSynthetic, IndexerShapesOutsideTheKernelAreRefused) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  const std::pair<uint32_t, uint32_t> shapes[] = {{cuda::kMaxIndexerHeads + 1, 32}, {4, 2 * cuda::kMaxIndexerDim}};
+  for (const auto& [heads, dim] : shapes) {
+    model::Config c = model::Config::tiny(512);
+    c.n_indexer_head = heads;
+    c.indexer_head_dim = dim;
+    synth::SyntheticSpec spec{"tiny-q2", c, model::Recipe::q2};
+    try {
+      auto b = cuda::make_synthetic_backend(spec, {.device = 0, .seed = 1, .ctx = 128});
+      auto s = b->new_session(128);
+      FAIL() << heads << " x " << dim << ": expected ds4::Error";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(fmt::format("an indexer of {} heads x {} values is outside the supported", heads, dim)),
+                std::string::npos)
+          << msg;
+    }
+  }
+}
+
 // The CUDA backend hands the front ends its batched prefill's chunk (2048 tokens unless
 // DS4_CUDA_BATCH says otherwise), so a CLI or server prompt is not cut into 256-token batches.
 TEST(CudaBackendChunk, PrefillChunkIsTheBatch) {

@@ -11,6 +11,7 @@
 
 #include <fmt/ranges.h>
 
+#include "backend/cuda/graph_skip.h"
 #include "backend/cuda/launch_stream.h"
 #include "common/error.h"
 #include "model/rope.h"
@@ -324,6 +325,10 @@ void CudaForward::step(int64_t pos, float* logits) {
       check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
       // Node priorities are the capture streams' (kept only with this flag).
       const cudaError_t st = cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
+      if (st == cudaSuccess && !graph_skip_pattern().empty()) {  // what-if timing (graph_skip.h)
+        const int n = disable_kernel_nodes(graph, exec, graph_skip_pattern());
+        std::fprintf(stderr, "DS4_CUDA_GRAPH_SKIP: %d kernel nodes disabled (results are wrong)\n", n);
+      }
       cudaGraphDestroy(graph);
       check(st, "cudaGraphInstantiate");
     }

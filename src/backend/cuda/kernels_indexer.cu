@@ -317,6 +317,19 @@ __device__ uint32_t score_key(float v) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // -inf -> 0x007fffff > 0
 }
 
+// The lanes of the warp with `in` set and the same 8-bit digit as this lane, by one ballot per
+// digit bit (what __match_any_sync gives, without its microcoded loop). All 32 lanes call it.
+__device__ __forceinline__ uint32_t digit_peers(bool in, uint32_t digit) {
+  uint32_t peers = __ballot_sync(0xffffffffu, in);
+#pragma unroll
+  for (int b = 0; b < 8; ++b) {
+    const bool bit = (digit >> b) & 1u;
+    const uint32_t set = __ballot_sync(0xffffffffu, bit);
+    peers &= bit ? set : ~set;
+  }
+  return peers;
+}
+
 // Exclusive prefix sum of v over the block (blockDim.x == kTopKThreads).
 __device__ uint64_t block_exclusive_scan(uint64_t v) {
   __shared__ uint64_t warp_sum[kTopKWarps];
@@ -364,11 +377,12 @@ __global__ void top_k_kernel(const float* s, int64_t s_stride, const int64_t* po
     for (int i = t; i < kTopKWarps * 256; i += blockDim.x) (&hist[0][0])[i] = 0;
     __syncthreads();
 #pragma unroll 4
-    for (int64_t a = t; a < n; a += blockDim.x) {
-      const uint32_t key = score_key(s[a]);
-      const bool in = (key & mask) == prefix;
-      const uint32_t digit = in ? (key >> shift) & 255u : 256u + lane;
-      const uint32_t peers = __match_any_sync(__activemask(), digit);
+    for (int64_t a0 = 0; a0 < n; a0 += blockDim.x) {  // uniform trip count: every lane takes the ballots
+      const int64_t a = a0 + t;
+      const uint32_t key = a < n ? score_key(s[a]) : 0u;
+      const bool in = a < n && (key & mask) == prefix;
+      const uint32_t digit = (key >> shift) & 255u;
+      const uint32_t peers = digit_peers(in, digit);
       if (in && (__ffs(peers) - 1) == lane) atomicAdd(&hist[warp][digit], __popc(peers));  // the warp's own bins
     }
     __syncthreads();
