@@ -86,6 +86,14 @@ TEST_F(CudaKernels, TopKMatchesCpuWithTiesNanAndSignedZeros) {
       std::normal_distribution<float> nd(0.0f, 1.0f);
       for (float& v : s) v = nd(rng);
       EXPECT_EQ(gpu_top_k(s, k), cpu_top_k(s, static_cast<size_t>(k))) << "normal n=" << n << " k=" << k;
+      // Two outliers at the ends of the float range: the kernel's value bins put nearly every
+      // score into one bin (more than its shared-memory candidates for the larger n).
+      s[1] = std::numeric_limits<float>::max();
+      s[s.size() - 2] = std::numeric_limits<float>::lowest();
+      EXPECT_EQ(gpu_top_k(s, k), cpu_top_k(s, static_cast<size_t>(k))) << "outliers n=" << n << " k=" << k;
+      // Many magnitudes: a few bins hold most scores, the top ones spread thin.
+      for (float& v : s) v = std::exp(8.0f * nd(rng)) * (rng() % 4 == 0 ? -1.0f : 1.0f);
+      EXPECT_EQ(gpu_top_k(s, k), cpu_top_k(s, static_cast<size_t>(k))) << "magnitudes n=" << n << " k=" << k;
     }
   }
   // All NaN: the k lowest ids.

@@ -300,21 +300,39 @@ __global__ void indexer_scores_kernel(const float* q, int64_t q_stride, const fl
   }
 }
 
-// Top-k by radix select (model::indexer_select_top_k's order: higher score first, NaN last,
-// lower id on ties; output in ascending id order), one block of kTopKThreads threads.
-// Each score maps to a 32-bit key that orders like the scores (NaN lowest, -0 == +0); four
-// 8-bit histogram passes find the k-th largest key T; the rows with key > T and the first
-// (by id) rows with key == T that complete k are then written in id order: each thread owns a
-// contiguous id range, and an exclusive scan of the per-thread counts gives its output slots.
-// Each warp counts into a histogram of its own (lanes with one digit add once), so warps never
-// contend for a bin; one warp then finds the digit holding the k-th key by a scan.
+// Top-k (model::indexer_select_top_k's order: higher score first, NaN last, lower id on ties;
+// output in ascending id order), one block of kTopKThreads threads. Each score maps to a 32-bit
+// key that orders like the scores (NaN lowest, -0 == +0). The k-th largest key T is found in
+// two steps: a histogram of the scores over kTopKBins bins linear in the value between the
+// finite minimum and maximum (score_bin: monotone in the key order) gives the bin holding the
+// k-th largest and its rank there; that bin's keys (compacted into shared memory when they fit,
+// else filtered from the scores) go through a radix select of four 8-bit passes (radix_select).
+// The rows with key > T and the first (by id) rows with key == T that complete k are then
+// written in id order: each thread owns a contiguous id range, and an exclusive scan of the
+// per-thread counts gives its output slots. The first step costs one pass over the scores
+// with no ballots, where four radix passes over all of them were ~90 instructions per score
+// and pass on one SM (ncu, 32K: 33 us).
 constexpr int kTopKThreads = 1024;
 constexpr int kTopKWarps = kTopKThreads / 32;
+constexpr int kTopKBins = 2048;   // value bins of the first step (2 per thread)
+constexpr int kTopKCand = 3072;   // the crossing bin's keys kept in shared memory (12 KiB; static
+                                  // shared memory in all: 45 of the 48 KiB)
 
 __device__ uint32_t score_key(float v) {
   if (isnan(v)) return 0u;
   const uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // -inf -> 0x007fffff > 0
+}
+
+// Bin of score v: 0 for NaN and -inf, kTopKBins - 1 for +inf, finite scores 1 + floor((v - lo)
+// * inv) capped at kTopKBins - 2 (lo: the finite minimum; inv >= 0). In double, v - lo neither
+// overflows nor loses the order, and every step is correctly rounded, hence monotone: a larger
+// key never gets a smaller bin (-0 and +0 share theirs).
+__device__ __forceinline__ int score_bin(float v, double lo, double inv) {
+  if (isnan(v) || v == -INFINITY) return 0;
+  if (v == INFINITY) return kTopKBins - 1;
+  const double f = (static_cast<double>(v) - lo) * inv;
+  return 1 + (f < kTopKBins - 3 ? static_cast<int>(f) : kTopKBins - 3);
 }
 
 // The lanes of the warp with `in` set and the same 8-bit digit as this lane, by one ballot per
@@ -330,7 +348,8 @@ __device__ __forceinline__ uint32_t digit_peers(bool in, uint32_t digit) {
   return peers;
 }
 
-// Exclusive prefix sum of v over the block (blockDim.x == kTopKThreads).
+// Exclusive prefix sum of v over the block (blockDim.x == kTopKThreads). A second call must
+// follow a barrier after the first call's results were read (warp_sum is reused).
 __device__ uint64_t block_exclusive_scan(uint64_t v) {
   __shared__ uint64_t warp_sum[kTopKWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
@@ -353,42 +372,37 @@ __device__ uint64_t block_exclusive_scan(uint64_t v) {
   return (warp ? warp_sum[warp - 1] : 0) + inc - v;
 }
 
-// Token blockIdx.x of a batch: s, pos and sel advance by s_stride, 1 and k.
-__global__ void top_k_kernel(const float* s, int64_t s_stride, const int64_t* pos, uint32_t ratio, int64_t k,
-                             uint32_t* sel) {
-  pdl_wait();
-  pdl_trigger();
-  s += blockIdx.x * s_stride;
-  pos += blockIdx.x;
-  sel += blockIdx.x * k;
-  __shared__ uint32_t hist[kTopKWarps][256];
+// The rem-th largest (rem >= 1) of the keys key_of(i) of the elements i < count with in_of(i),
+// by four 8-bit radix passes; returns it, and in take_eq how many keys equal to it complete
+// rem (every thread gets both). Each warp counts into a histogram of its own (lanes with one
+// digit add once), so warps never contend for a bin; one warp then finds the digit holding the
+// rem-th key by a scan. The whole block calls it (uniform trip counts: every lane takes the
+// ballots). hist: kTopKWarps x 256 words of shared memory.
+template <class KeyOf, class InOf>
+__device__ uint32_t radix_select(int64_t count, KeyOf key_of, InOf in_of, uint32_t rem, uint32_t* hist,
+                                 uint32_t& take_eq) {
   __shared__ uint32_t total[256];
-  __shared__ uint32_t s_prefix;
-  __shared__ uint32_t s_remaining;
-  const int64_t n = (*pos + 1) / ratio;
+  __shared__ uint32_t s_prefix, s_remaining;
   const int t = threadIdx.x, lane = t & 31, warp = t / 32;
-  if (n <= k) {
-    for (int64_t a = t; a < n; a += blockDim.x) sel[a] = static_cast<uint32_t>(a);
-    return;
-  }
   uint32_t prefix = 0, mask = 0;
-  if (t == 0) s_remaining = static_cast<uint32_t>(k);  // k < n <= 2^32 (row ids are 32-bit)
+  if (t == 0) s_remaining = rem;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = t; i < kTopKWarps * 256; i += blockDim.x) (&hist[0][0])[i] = 0;
+    for (int i = t; i < kTopKWarps * 256; i += blockDim.x) hist[i] = 0;
     __syncthreads();
 #pragma unroll 4
-    for (int64_t a0 = 0; a0 < n; a0 += blockDim.x) {  // uniform trip count: every lane takes the ballots
+    for (int64_t a0 = 0; a0 < count; a0 += blockDim.x) {
       const int64_t a = a0 + t;
-      const uint32_t key = a < n ? score_key(s[a]) : 0u;
-      const bool in = a < n && (key & mask) == prefix;
+      const bool ok = a < count && in_of(a);
+      const uint32_t key = ok ? key_of(a) : 0u;
+      const bool in = ok && (key & mask) == prefix;
       const uint32_t digit = (key >> shift) & 255u;
       const uint32_t peers = digit_peers(in, digit);
-      if (in && (__ffs(peers) - 1) == lane) atomicAdd(&hist[warp][digit], __popc(peers));  // the warp's own bins
+      if (in && (__ffs(peers) - 1) == lane) atomicAdd(&hist[warp * 256 + digit], __popc(peers));  // the warp's own
     }
     __syncthreads();
     if (t < 256) {
       uint32_t c = 0;
-      for (int w = 0; w < kTopKWarps; ++w) c += hist[w][t];
+      for (int w = 0; w < kTopKWarps; ++w) c += hist[w * 256 + t];
       total[t] = c;
     }
     __syncthreads();
@@ -401,11 +415,11 @@ __global__ void top_k_kernel(const float* s, int64_t s_stride, const int64_t* po
         const uint32_t o = __shfl_up_sync(0xffffffffu, inc, off);
         if (lane >= off) inc += o;
       }
-      const uint32_t rem = s_remaining, before = inc - sum;
-      const uint32_t found = __ballot_sync(0xffffffffu, before < rem && rem <= inc);
-      const int src = found ? __ffs(found) - 1 : 31;  // (always found: the prefix holds >= rem keys)
+      const uint32_t r0 = s_remaining, before = inc - sum;
+      const uint32_t found = __ballot_sync(0xffffffffu, before < r0 && r0 <= inc);
+      const int src = found ? __ffs(found) - 1 : 31;  // (always found: the prefix holds >= r0 keys)
       if (lane == src) {
-        uint32_t r = rem - before;
+        uint32_t r = r0 - before;
         int i = 0;
         for (; i < 7 && c[i] < r; ++i) r -= c[i];
         s_remaining = r;
@@ -416,8 +430,88 @@ __global__ void top_k_kernel(const float* s, int64_t s_stride, const int64_t* po
     prefix = s_prefix;
     mask |= 255u << shift;
   }
-  const uint32_t T = prefix;             // the k-th largest key
-  const uint64_t take_eq = s_remaining;  // rows with key == T to take, lowest ids first
+  take_eq = s_remaining;
+  return prefix;
+}
+
+// Token blockIdx.x of a batch: s, pos and sel advance by s_stride, 1 and k.
+__global__ void __launch_bounds__(kTopKThreads) top_k_kernel(const float* s, int64_t s_stride, const int64_t* pos,
+                                                             uint32_t ratio, int64_t k, uint32_t* sel) {
+  static_assert(kTopKBins % kTopKThreads == 0 && kTopKBins <= kTopKWarps * 256, "whole bins per thread; bins in hist");
+  pdl_wait();
+  pdl_trigger();
+  s += blockIdx.x * s_stride;
+  pos += blockIdx.x;
+  sel += blockIdx.x * k;
+  __shared__ uint32_t hist[kTopKWarps * 256];  // the value bins, then radix_select's histograms
+  __shared__ uint32_t cand[kTopKCand];
+  uint32_t* bins = hist;
+  __shared__ float red_lo[kTopKWarps], red_hi[kTopKWarps];
+  __shared__ uint32_t s_bin, s_rem, s_ncand;
+  const int64_t n = (*pos + 1) / ratio;
+  const int t = threadIdx.x, lane = t & 31, warp = t / 32;
+  if (n <= k) {
+    for (int64_t a = t; a < n; a += blockDim.x) sel[a] = static_cast<uint32_t>(a);
+    return;
+  }
+  // The finite minimum and maximum (exact in any order).
+  float vmin = INFINITY, vmax = -INFINITY;
+  for (int64_t a = t; a < n; a += blockDim.x) {
+    const float v = s[a];
+    if (isfinite(v)) vmin = fminf(vmin, v), vmax = fmaxf(vmax, v);
+  }
+  for (int off = 16; off >= 1; off >>= 1) {
+    vmin = fminf(vmin, __shfl_xor_sync(0xffffffffu, vmin, off));
+    vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, off));
+  }
+  if (lane == 0) red_lo[warp] = vmin, red_hi[warp] = vmax;
+  for (int i = t; i < kTopKBins; i += blockDim.x) bins[i] = 0;
+  if (t == 0) s_ncand = 0;
+  __syncthreads();
+  for (int w = 0; w < kTopKWarps; ++w) vmin = fminf(vmin, red_lo[w]), vmax = fmaxf(vmax, red_hi[w]);
+  const double dlo = vmin, inv = vmax > vmin ? (kTopKBins - 3) / (static_cast<double>(vmax) - dlo) : 0.0;
+  for (int64_t a = t; a < n; a += blockDim.x) atomicAdd(&bins[score_bin(s[a], dlo, inv)], 1u);
+  __syncthreads();
+  // The bin holding the k-th largest: thread t owns bins kTopKBins - 1 - kPer t - u (from the top).
+  constexpr int kPer = kTopKBins / kTopKThreads;
+  uint32_t c[kPer], sum = 0;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) sum += (c[u] = bins[kTopKBins - 1 - kPer * t - u]);
+  const uint64_t before = block_exclusive_scan(sum);  // keys in the bins above
+  if (before < static_cast<uint64_t>(k) && static_cast<uint64_t>(k) <= before + sum) {
+    uint32_t r = static_cast<uint32_t>(k - before);
+    int u = 0;
+    for (; u < kPer - 1 && c[u] < r; ++u) r -= c[u];
+    s_bin = kTopKBins - 1 - kPer * t - u;
+    s_rem = r;
+  }
+  __syncthreads();
+  const int bin = static_cast<int>(s_bin);
+  const uint32_t rem = s_rem, n_bin = bins[bin];
+  // Every key above the bin is larger than every key in it, so T is the bin's rem-th largest.
+  uint32_t take;
+  uint32_t T;
+  if (n_bin <= static_cast<uint32_t>(kTopKCand)) {
+    for (int64_t a0 = 0; a0 < n; a0 += blockDim.x) {  // uniform trip count (ballots)
+      const int64_t a = a0 + t;
+      const float v = a < n ? s[a] : 0.0f;
+      const bool in = a < n && score_bin(v, dlo, inv) == bin;
+      const uint32_t m = __ballot_sync(0xffffffffu, in);
+      uint32_t base = 0;
+      if (lane == 0 && m) base = atomicAdd(&s_ncand, static_cast<uint32_t>(__popc(m)));
+      base = __shfl_sync(0xffffffffu, base, 0);
+      if (in) cand[base + __popc(m & ((1u << lane) - 1u))] = score_key(v);
+    }
+    __syncthreads();
+    T = radix_select(
+        n_bin, [&](int64_t i) { return cand[i]; }, [](int64_t) { return true; }, rem, hist, take);
+  } else {  // a crowded bin (ties, one outlier stretching the range): filtered from the scores
+    __syncthreads();  // every thread has read n_bin before the histograms overwrite the bins
+    T = radix_select(
+        n, [&](int64_t i) { return score_key(s[i]); }, [&](int64_t i) { return score_bin(s[i], dlo, inv) == bin; },
+        rem, hist, take);
+  }
+  const uint64_t take_eq = take;  // rows with key == T to take, lowest ids first
   const int64_t per = (n + blockDim.x - 1) / blockDim.x;
   const int64_t lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
   uint64_t gt = 0, eq = 0;
