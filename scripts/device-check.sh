@@ -207,7 +207,11 @@ for step in $STEPS; do
       ;;
   esac
 done
-printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
-# The device tool returns at most 8 files: everything else travels in one archive.
+printf '%s\n' "${summary[@]}" | tee -a "$OUT/summary.txt"
+# The device tool returns at most 8 files: everything else travels in one archive, which an
+# earlier run into the same $OUT started (its files join this run's; the summary is appended).
+if [ -f "$OUT/logs.tar.gz" ]; then
+  tar xzf "$OUT/logs.tar.gz" -C "$OUT" && rm "$OUT/logs.tar.gz"
+fi
 tar czf /tmp/ds4-logs.tar.gz -C "$OUT" --exclude=summary.txt . && find "$OUT" -type f ! -name summary.txt -delete &&
   mv /tmp/ds4-logs.tar.gz "$OUT/logs.tar.gz"
