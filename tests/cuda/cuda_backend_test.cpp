@@ -18,6 +18,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_forward.h"
+#include "backend/cuda/graph_skip.h"
 #include "common/error.h"
 #include "cuda_test_util.h"
 #include "engine/engine.h"
@@ -412,6 +413,25 @@ TEST_F(CudaVsCpu, AttentionOutputFusionsKeepResults) {
 // DS4_CUDA_NO_PDL's parser (host only, no device needed): the sites' bits in NoPdlSite order,
 // the shared expert's for an unset value (the default), none for an empty one, an error naming
 // an unknown or empty site.
+// DS4_CUDA_GRAPH_SKIP's regex (graph_skip.h): unset or empty is none, a pattern matches the
+// mangled kernel names it is meant for, and an invalid one is a clear error naming the variable.
+TEST(CudaGraphSkip, ParsesRegexesAndRejectsInvalidOnes) {
+  EXPECT_FALSE(cuda::parse_graph_skip(nullptr));
+  EXPECT_FALSE(cuda::parse_graph_skip(""));
+  const auto re = cuda::parse_graph_skip("attn_|matvec_stream_kernelILj8E");
+  ASSERT_TRUE(re);
+  EXPECT_TRUE(std::regex_search("_ZN3ds44cuda12_GLOBAL__N_119attn_combine_kernelILi768EEEvPKf", *re));
+  EXPECT_TRUE(std::regex_search("_ZN3ds44cuda12_GLOBAL__N_120matvec_stream_kernelILj8ELb1EEEvNS0_", *re));
+  EXPECT_FALSE(std::regex_search("_ZN3ds44cuda12_GLOBAL__N_120matvec_stream_kernelILj1ELb1EEEvNS0_", *re));
+  try {
+    cuda::parse_graph_skip("attn_(");
+    FAIL() << "expected ds4::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DS4_CUDA_GRAPH_SKIP: 'attn_(' is not a valid regex"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CudaNoPdlSites, ParsesSiteListsAndRejectsUnknownNames) {
   using cuda::NoPdlSite;
   const auto bit = [](NoPdlSite s) { return 1u << static_cast<unsigned>(s); };

@@ -86,6 +86,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (const char* pp = std::getenv("DS4_CUDA_PREFILL_PROFILE"); pp && std::strcmp(pp, "0") != 0)
     pprof_ = std::make_unique<PrefillProfile>();
   use_graphs_ = !env_is_zero("DS4_CUDA_GRAPH");
+  graph_skip_regex();  // an invalid DS4_CUDA_GRAPH_SKIP fails here, when the session is made
   attn_rope_fused_ = !env_is_zero("DS4_CUDA_ATTN_ROPE_FUSED");
   attn_q8_fused_ = !env_is_zero("DS4_CUDA_ATTN_Q8_FUSED");
   hc_fused_ = !env_is_zero("DS4_CUDA_HC_FUSED");
@@ -325,8 +326,8 @@ void CudaForward::step(int64_t pos, float* logits) {
       check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
       // Node priorities are the capture streams' (kept only with this flag).
       const cudaError_t st = cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
-      if (st == cudaSuccess && !graph_skip_pattern().empty()) {  // what-if timing (graph_skip.h)
-        const int n = disable_kernel_nodes(graph, exec, graph_skip_pattern());
+      if (st == cudaSuccess && graph_skip_regex()) {  // what-if timing (graph_skip.h)
+        const int n = disable_kernel_nodes(graph, exec, *graph_skip_regex());
         std::fprintf(stderr, "DS4_CUDA_GRAPH_SKIP: %d kernel nodes disabled (results are wrong)\n", n);
       }
       cudaGraphDestroy(graph);

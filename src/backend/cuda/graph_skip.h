@@ -6,17 +6,22 @@
 
 #include <cuda_runtime_api.h>
 
-#include <string>
+#include <optional>
+#include <regex>
 
 namespace ds4::cuda {
 
-/// The DS4_CUDA_GRAPH_SKIP pattern, or an empty string when unset (read once).
-const std::string& graph_skip_pattern();
+/// A DS4_CUDA_GRAPH_SKIP value as an ECMAScript regex; nullopt for null or empty. Throws
+/// ds4::Error naming the variable when it is not a valid regex.
+std::optional<std::regex> parse_graph_skip(const char* value);
+
+/// parse_graph_skip of the environment's DS4_CUDA_GRAPH_SKIP, or nullptr when unset or empty
+/// (read once; an invalid regex throws on every call).
+const std::regex* graph_skip_regex();
 
 /// Disables every kernel node of `graph` (already instantiated as `exec`) whose function name
-/// matches the ECMAScript regex `pattern` (cudaGraphNodeSetEnabled: a disabled node acts as an
-/// empty node, its dependencies kept). Returns how many were disabled. Throws ds4::Error on a
-/// CUDA failure or an invalid regex.
-int disable_kernel_nodes(cudaGraph_t graph, cudaGraphExec_t exec, const std::string& pattern);
+/// matches `re` (cudaGraphNodeSetEnabled: a disabled node acts as an empty node, its
+/// dependencies kept). Returns how many were disabled. Throws ds4::Error on a CUDA failure.
+int disable_kernel_nodes(cudaGraph_t graph, cudaGraphExec_t exec, const std::regex& re);
 
 }  // namespace ds4::cuda
