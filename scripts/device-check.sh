@@ -177,7 +177,7 @@ for step in $STEPS; do
         --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
         --section LaunchStats --section SchedulerStats --metrics "$(stall_metrics)" "${src[@]}" \
         "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state --ctx-start "${PROFILE_CTX:-2048}" \
-        --ctx-max "${PROFILE_CTX:-2048}" -n 1 >"$OUT/ncu.log" 2>&1
+        --ctx-max "${PROFILE_CTX:-2048}" -n 1 >"$OUT/ncu${src:+-run}.log" 2>&1  # with -o: the run's log apart
       if [ ${#src[@]} -gt 0 ]; then
         ncu --import "$OUT/ncu.ncu-rep" --print-details all >"$OUT/ncu.log" 2>&1
         ncu --import "$OUT/ncu.ncu-rep" --page source --print-source sass --csv >"$OUT/ncu-source.csv" 2>&1

@@ -489,8 +489,7 @@ __global__ void __launch_bounds__(kTopKThreads) top_k_kernel(const float* s, int
   const int bin = static_cast<int>(s_bin);
   const uint32_t rem = s_rem, n_bin = bins[bin];
   // Every key above the bin is larger than every key in it, so T is the bin's rem-th largest.
-  uint32_t take;
-  uint32_t T;
+  uint32_t take, T;
   if (n_bin <= static_cast<uint32_t>(kTopKCand)) {
     for (int64_t a0 = 0; a0 < n; a0 += blockDim.x) {  // uniform trip count (ballots)
       const int64_t a = a0 + t;
