@@ -386,19 +386,27 @@ TEST_F(CudaVsCpu, NoPdlSitesKeepResultsAndUnknownSitesAreErrors) {
   expect_equal_greedy_decode(*off, *on, la, lb, static_cast<int64_t>(prompt.size()), 6);
 }
 
-// The attention output's fusions off one at a time (DS4_CUDA_ATTN_ROPE_FUSED=0: the inverse RoPE
-// in a launch of its own, so the combine must not hand o_a a Q8_0 copy from before it;
-// DS4_CUDA_ATTN_Q8_FUSED=0: o_a quantizes its input itself) give the default's bytes.
-TEST_F(CudaVsCpu, AttentionOutputFusionsKeepResults) {
+// The attention's decode switches one at a time give the default's bytes: DS4_CUDA_ATTN_ROPE_FUSED=0
+// (the inverse RoPE in a launch of its own, so the combine must not hand o_a a Q8_0 copy from
+// before it), DS4_CUDA_ATTN_Q8_FUSED=0 (o_a quantizes its input itself), DS4_CUDA_IDX_FIRST=0 (the
+// indexer compressor after the main one, the indexer scores waiting for both), DS4_CUDA_KV_MAIN=0
+// / =2 (the KV row's store on the aux stream everywhere / on the main stream everywhere). The
+// tiny model's indexer (top-k 8) runs from the prompt's 40 tokens on.
+TEST_F(CudaVsCpu, AttentionDecodeSwitchesKeepResults) {
   open("q2");
   if (IsSkipped()) return;
   const auto prompt = prompt_tokens(40, engine_->config().n_vocab);
   auto fused = gpu_->new_session(128);
   std::vector<float> la(V_), lb(V_);
   fused->eval(prompt, 0, la, {});
-  for (const char* var : {"DS4_CUDA_ATTN_ROPE_FUSED", "DS4_CUDA_ATTN_Q8_FUSED"}) {
-    SCOPED_TRACE(var);
-    setenv(var, "0", 1);
+  const std::pair<const char*, const char*> switches[] = {{"DS4_CUDA_ATTN_ROPE_FUSED", "0"},
+                                                          {"DS4_CUDA_ATTN_Q8_FUSED", "0"},
+                                                          {"DS4_CUDA_IDX_FIRST", "0"},
+                                                          {"DS4_CUDA_KV_MAIN", "0"},
+                                                          {"DS4_CUDA_KV_MAIN", "2"}};
+  for (const auto& [var, value] : switches) {
+    SCOPED_TRACE(std::string(var) + "=" + value);
+    setenv(var, value, 1);
     auto off = gpu_->new_session(128);
     unsetenv(var);
     off->eval(prompt, 0, lb, {});

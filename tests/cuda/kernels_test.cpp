@@ -171,6 +171,48 @@ TEST_F(CudaKernels, IndexerQatMatchesCpuRows) {
   EXPECT_EQ(got, x);
 }
 
+// indexer_rope_qat (one launch) equals rope_tail then indexer_qat (two), bit for bit, and the CPU
+// units' rope_tail_apply then indexer_qat_row: 3 tokens of 64 heads of 128 at positions 0, 5, 9,
+// a 32-pair tail; and 2 tokens of 4 heads with no RoPE pairs.
+TEST_F(CudaKernels, IndexerRopeQatEqualsRopeThenQat) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  struct Case {
+    int n_tok, n_head, n_pair;
+  };
+  for (const Case c : {Case{3, 64, 32}, Case{2, 4, 0}}) {
+    const int64_t dim = 128;
+    const std::vector<int64_t> pos = {0, 5, 9};
+    const size_t n = static_cast<size_t>(c.n_tok * c.n_head * dim);
+    std::vector<float> x(n), table(static_cast<size_t>(10 * 2 * std::max(c.n_pair, 1)));
+    for (float& v : x) v = nd(rng);
+    for (float& v : table) v = ud(rng);
+    cuda::DeviceArray<float> a(n), b(n), dt(table.size());
+    cuda::DeviceArray<int64_t> dp(pos.size());
+    a.upload(x.data(), n);
+    b.upload(x.data(), n);
+    dt.upload(table.data(), table.size());
+    dp.upload(pos.data(), pos.size());
+    cuda::indexer_rope_qat(a.get(), c.n_head, dim, dt.get(), c.n_pair, dp.get(), c.n_tok);
+    cuda::rope_tail(b.get(), c.n_head, dim, dt.get(), c.n_pair, dp.get(), false, c.n_tok);
+    cuda::indexer_qat(b.get(), c.n_tok * c.n_head, dim);
+    cuda::check(cudaDeviceSynchronize(), "indexer rope + qat");
+    const std::vector<float> fused = download(a, n), sep = download(b, n);
+    EXPECT_EQ(std::memcmp(fused.data(), sep.data(), n * sizeof(float)), 0) << "heads " << c.n_head;
+    for (int t = 0; t < c.n_tok; ++t) {
+      const std::span<float> tok(&x[static_cast<size_t>(t * c.n_head * dim)], static_cast<size_t>(c.n_head * dim));
+      if (c.n_pair > 0) {
+        const float* cs = &table[static_cast<size_t>(pos[static_cast<size_t>(t)] * 2 * c.n_pair)];
+        model::rope_tail_apply(tok, static_cast<size_t>(dim), {cs, static_cast<size_t>(c.n_pair)},
+                               {cs + c.n_pair, static_cast<size_t>(c.n_pair)}, false);
+      }
+      for (int h = 0; h < c.n_head; ++h) model::indexer_qat_row(tok.subspan(static_cast<size_t>(h * dim), dim));
+    }
+    EXPECT_EQ(fused, x) << "heads " << c.n_head;
+  }
+}
+
 TEST_F(CudaKernels, HcNormMatvecEqualsNormThenVecDot) {
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.0f, 1.0f);

@@ -44,6 +44,16 @@ StreamPriority stream_priority() {
   return StreamPriority::Side;
 }
 
+// Where the decode step's KV row norm+RoPE+store runs (DS4_CUDA_KV_MAIN): 0 on the aux stream,
+// 1 (default; other values too) on the main stream in the layers whose indexer runs (the aux
+// stream then holds the indexer alone, the longer path to the attention), 2 always on it.
+int kv_main_mode() {
+  const char* v = std::getenv("DS4_CUDA_KV_MAIN");
+  if (v && std::strcmp(v, "0") == 0) return 0;
+  if (v && std::strcmp(v, "2") == 0) return 2;
+  return 1;
+}
+
 }  // namespace
 
 unsigned parse_no_pdl_sites(const char* list) {
@@ -89,6 +99,8 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   graph_skip_regex();  // an invalid DS4_CUDA_GRAPH_SKIP fails here, when the session is made
   attn_rope_fused_ = !env_is_zero("DS4_CUDA_ATTN_ROPE_FUSED");
   attn_q8_fused_ = !env_is_zero("DS4_CUDA_ATTN_Q8_FUSED");
+  idx_first_ = !env_is_zero("DS4_CUDA_IDX_FIRST");
+  kv_main_ = kv_main_mode();
   hc_fused_ = !env_is_zero("DS4_CUDA_HC_FUSED");
   no_pdl_ = parse_no_pdl_sites(std::getenv("DS4_CUDA_NO_PDL"));
   if (StepProfile::requested()) {
@@ -202,7 +214,10 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (st == cudaSuccess) st = cudaStreamCreateWithPriority(&aux_, cudaStreamDefault, side_prio);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&aux_fork_, cudaEventDisableTiming);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&aux_join_, cudaEventDisableTiming);
+  if (st == cudaSuccess) st = cudaEventCreateWithFlags(&idx_rows_, cudaEventDisableTiming);
   if (st != cudaSuccess) {
+    if (idx_rows_) cudaEventDestroy(idx_rows_);
+    if (aux_join_) cudaEventDestroy(aux_join_);
     if (aux_fork_) cudaEventDestroy(aux_fork_);
     if (aux_) cudaStreamDestroy(aux_);
     if (branch_join_) cudaEventDestroy(branch_join_);
@@ -244,7 +259,7 @@ CudaForward::~CudaForward() {
   for (auto& row : graphs_)
     for (cudaGraphExec_t g : row)
       if (g) cudaGraphExecDestroy(g);
-  for (cudaEvent_t e : {fork_, join_, branch_fork_, branch_join_, aux_fork_, aux_join_})
+  for (cudaEvent_t e : {fork_, join_, branch_fork_, branch_join_, aux_fork_, aux_join_, idx_rows_})
     if (e) cudaEventDestroy(e);
   for (cudaStream_t st : {side_, branch_, aux_, stream_})
     if (st) cudaStreamDestroy(st);
@@ -468,13 +483,22 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   // Compressor and indexer compressor (spec §3.4.5, §3.4.7) read only h_ and their own state:
   // they run on the branch stream beside the query/KV path; the indexer scores and the
   // attention, which read the rows they emit, wait for them (join_branch).
+  // The indexer compressor goes first (DS4_CUDA_IDX_FIRST=0: second) and records idx_rows_: the
+  // indexer scores on the aux stream wait only for its rows, the attention for both.
+  const bool idx_first = ratio == 4 && idx_first_;
   if (ratio) {
     begin_branch(NoPdlSite::Comp);
+    auto push_index = [&] {
+      push_compressor(L.idx_comp_kv, L.idx_comp_gate, L.idx_comp_ape, L.idx_comp_norm, true, ratio, kv.index_kv,
+                      kv.index_score, kv.index);
+    };
+    if (idx_first) {
+      push_index();
+      if (!prof_) check(cudaEventRecord(idx_rows_, branch_), "cudaEventRecord");
+    }
     push_compressor(L.comp_kv, L.comp_gate, L.comp_ape, L.comp_norm, false, ratio, kv.comp_kv,
                     kv.comp_score, kv.comp);
-    if (ratio == 4)
-      push_compressor(L.idx_comp_kv, L.idx_comp_gate, L.idx_comp_ape, L.idx_comp_norm, true, ratio,
-                      kv.index_kv, kv.index_score, kv.index);
+    if (ratio == 4 && !idx_first) push_index();
     end_branch();
   }
   // Query low-rank input and KV row (spec §3.4.1-2) from the same input, one launch.
@@ -490,25 +514,32 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   mark("attn_q_a norm");
   // Beside q_b and the query norm+RoPE (aux stream): the KV row into the raw ring, and the
   // indexer's query, scores and top-k, which read qr_, h_ and the indexer rows (spec §3.4.7).
-  begin_beside(aux_, aux_fork_, NoPdlSite::Aux);
-  norm_rope(kv_row_.get(), L.attn_kv_a_norm.get(), HD, 1, c_.rms_eps, rope, n_pair_, pos, c_.nope_dim(),
-            kv.raw.get(), raw_cap_);
-  mark("kv norm+rope+store");
+  // The KV row's launch goes on the main stream after q_b instead where the indexer runs
+  // (DS4_CUDA_KV_MAIN: 0 never, 2 in every layer): the aux chain is then the indexer's alone.
+  const bool indexed = ratio == 4 && indexer_on;
+  const bool kv_main = kv_main_ == 2 || (kv_main_ == 1 && indexed);
+  auto kv_store = [&] {
+    norm_rope(kv_row_.get(), L.attn_kv_a_norm.get(), HD, 1, c_.rms_eps, rope, n_pair_, pos, c_.nope_dim(),
+              kv.raw.get(), raw_cap_);
+    mark("kv norm+rope+store");
+  };
+  const bool aux_work = indexed || !kv_main;
+  if (aux_work) begin_beside(aux_, aux_fork_, NoPdlSite::Aux);
+  if (!kv_main) kv_store();
   // Rows attended: window + compressed rows, or window + top_k selected rows (ratio 4, once the
   // layer has more than top_k rows).
   const uint32_t* sel = nullptr;
   int64_t n_sel = 0;
   int64_t max_rows = c_.n_swa;
   if (ratio) max_rows += std::min<int64_t>(ctx_ / ratio + 2, ratio == 4 ? c_.indexer_top_k : INT64_MAX);
-  if (ratio == 4 && indexer_on) {
+  if (indexed) {
     const int64_t ID = c_.indexer_head_dim;
     const int IH = static_cast<int>(c_.n_indexer_head);
     pair(op(L.idx_q_b, qr_.get(), iq_.get(), aux_act_.get()), op_h(L.idx_proj, iw_.get(), aux_act_.get()));
     mark("indexer q_b+proj matvecs");
-    rope_tail(iq_.get(), IH, ID, rope, n_pair_, pos, false);
-    indexer_qat(iq_.get(), IH, ID);
+    indexer_rope_qat(iq_.get(), IH, ID, rope, n_pair_, pos);
     mark("indexer rope+qat");
-    if (!prof_) check(cudaStreamWaitEvent(aux_, branch_join_, 0), "cudaStreamWaitEvent");  // the indexer rows
+    if (!prof_) check(cudaStreamWaitEvent(aux_, idx_first ? idx_rows_ : branch_join_, 0), "cudaStreamWaitEvent");
     const int64_t max_idx = ctx_ / 4 + 2;
     indexer_scores(iq_.get(), iw_.get(), IH, ID, kv.index.get(), pos, 4, max_idx, scores_.get());
     mark("indexer scores");
@@ -517,15 +548,16 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     sel = top_k_.get();
     n_sel = c_.indexer_top_k;
   }
-  end_beside(aux_, aux_join_);
+  if (aux_work) end_beside(aux_, aux_join_);
   {
     const PdlOffGuard off(no_pdl(NoPdlSite::Qb));
     matvec_op(qb);
   }
   mark("attn_q_b matvec");
+  if (kv_main) kv_store();
   norm_rope(q_.get(), nullptr, HD, nhead, c_.rms_eps, rope, n_pair_, pos, 0, nullptr, 0);
   mark("q head norm+rope");
-  join_beside(aux_join_);  // the KV row stored, the indexer's selection
+  if (aux_work) join_beside(aux_join_);  // the KV row stored, the indexer's selection
   if (ratio) join_branch();  // the compressed rows, this position's included
   // The inverse RoPE of the attention output in its combine launch, or (DS4_CUDA_ATTN_ROPE_FUSED=0,
   // shapes the combine declines) a launch of its own.

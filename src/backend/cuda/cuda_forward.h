@@ -235,6 +235,7 @@ class CudaForward {
   // q_b and the query norm+RoPE; the attention waits for them.
   cudaStream_t aux_ = nullptr;
   cudaEvent_t aux_fork_ = nullptr, aux_join_ = nullptr;
+  cudaEvent_t idx_rows_ = nullptr;  // on branch_: the indexer compressor's rows of this step are in
   cudaGraphExec_t graphs_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};  // [indexer_on][logits]
   std::vector<DevLayerKv> kv_;
   DeviceArray<float> rope_dense_, rope_comp_;  // [ctx][cos n_pair, sin n_pair]
@@ -255,6 +256,8 @@ class CudaForward {
   DeviceArray<unsigned> hc_ticket_;  // hc_norm_matvec's last-block counter for the fused hc_pre
   bool hc_fused_ = true;  // hc_pre weights in the projection's last block (DS4_CUDA_HC_FUSED=0: off)
   bool attn_rope_fused_ = true;  // inverse RoPE in the attention's combine launch (DS4_CUDA_ATTN_ROPE_FUSED=0: off)
+  bool idx_first_ = true;  // the indexer compressor before the main one on branch_ (DS4_CUDA_IDX_FIRST=0: after)
+  int kv_main_ = 1;         // the KV row's launch on stream_: 0 never, 1 where the indexer runs, 2 always (DS4_CUDA_KV_MAIN)
   bool attn_q8_fused_ = true;  // o_a's Q8_0 input from the attention's combine launch (DS4_CUDA_ATTN_Q8_FUSED=0: off)
   // Decode call sites whose launches skip PDL (DS4_CUDA_NO_PDL, a bit per NoPdlSite):
   // comparisons of where a dependent's blocks, parked early on the SMs, cost more than the

@@ -265,8 +265,7 @@ void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {
   const int64_t* pos_all = positions_.get() + pos0;
   norm_rope(b.q.get(), nullptr, HD, nhead, c_.rms_eps, rope, n_pair_, pos_all, 0, nullptr, 0, n);  // q heads
   if (any_indexer) {  // the indexer queries' RoPE and QAT (used by the tokens that select)
-    rope_tail(b.iq.get(), IH, ID, rope, n_pair_, pos_all, false, n);
-    indexer_qat(b.iq.get(), n * IH, ID);
+    indexer_rope_qat(b.iq.get(), IH, ID, rope, n_pair_, pos_all, n);
   }
   int64_t max_rows = c_.n_swa;
   if (ratio) max_rows += std::min<int64_t>(ctx_ / ratio + 2, ratio == 4 ? c_.indexer_top_k : INT64_MAX);

@@ -291,6 +291,12 @@ void compressor_chunk(const float* kv, const float* score, const float* ape, int
 /// shared memory per block): Hadamard then FP4 round trip.
 void indexer_qat(float* x, int n_rows, int64_t dim);
 
+/// rope_tail(x, n_head, dim, table, n_pair, pos, inverse = false, n_tok) then indexer_qat(x,
+/// n_tok * n_head, dim), bit for bit, in one launch (the indexer query of spec §3.4.7: token t's
+/// heads at x + t * n_head * dim, position pos[t]; 2 * n_pair <= dim).
+void indexer_rope_qat(float* x, int n_head, int64_t dim, const float* table, int n_pair, const int64_t* pos,
+                      int n_tok = 1);
+
 /// Token embedding (quant::dequantize_row of row tokens[*pos] of `table`, type F32/F16/BF16/
 /// Q8_0, `row_bytes` per row) copied into the n_hc streams of x [n_hc*d]
 /// (model::hc_from_embedding).

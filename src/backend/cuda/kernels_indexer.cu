@@ -15,13 +15,21 @@ namespace ds4::cuda {
 namespace {
 
 // One block per row, the row staged in shared memory (dim floats).
-__global__ void indexer_qat_kernel(float* x, int64_t dim) {
+// Row blockIdx.x of x: with `table`, first rope_kernel's tail RoPE at pos[row / heads] (rope_pair,
+// sign +1, on the copy in shared memory), then the QAT.
+__global__ void indexer_qat_kernel(float* x, int64_t dim, const float* table, int n_pair, const int64_t* pos,
+                                   int heads) {
   pdl_wait();
   pdl_trigger();
   extern __shared__ float qat_smem[];
   float* row = x + blockIdx.x * dim;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) qat_smem[i] = row[i];
   __syncthreads();
+  if (table) {  // uniform
+    const float* cs = table + pos[blockIdx.x / heads] * 2 * n_pair;
+    for (int p = threadIdx.x; p < n_pair; p += blockDim.x) rope_pair(qat_smem + dim - 2 * n_pair, cs, n_pair, p, 1.0f);
+    __syncthreads();
+  }
   block_qat_row(qat_smem, dim);
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) row[i] = qat_smem[i];
 }
@@ -568,7 +576,15 @@ void compressor_chunk(const float* kv, const float* score, const float* ape, int
 
 void indexer_qat(float* x, int n_rows, int64_t dim) {
   if (n_rows <= 0) return;
-  launch_k(indexer_qat_kernel, n_rows, 128, dim * sizeof(float), x, dim);
+  launch_k(indexer_qat_kernel, n_rows, 128, dim * sizeof(float), x, dim, static_cast<const float*>(nullptr), 0,
+           static_cast<const int64_t*>(nullptr), 1);
+}
+
+void indexer_rope_qat(float* x, int n_head, int64_t dim, const float* table, int n_pair, const int64_t* pos,
+                      int n_tok) {
+  if (n_tok <= 0 || n_head <= 0) return;
+  launch_k(indexer_qat_kernel, n_tok * n_head, 128, dim * sizeof(float), x, dim, n_pair > 0 ? table : nullptr,
+           n_pair, pos, n_head);
 }
 
 namespace {
