@@ -448,7 +448,7 @@ void CudaForward::join_beside(cudaEvent_t join_ev) {
 
 // Compressor projection + push (model::Compressor::push, spec §3.4.5/§3.4.7): store, then on
 // emit the pooled row is normed, rotated at its first position, quantized, rounded to f16 and
-// appended (compressor_emit, a no-op at other positions).
+// appended (compressor_push, one launch).
 void CudaForward::push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w,
                                   const DeviceArray<float>& ape, const DeviceArray<float>& norm,
                                   bool indexer, uint32_t r, DeviceArray<float>& state_kv,
@@ -464,10 +464,8 @@ void CudaForward::store_emit(const float* ck, const float* cs, const DeviceArray
                              DeviceArray<float>& state_kv, DeviceArray<float>& state_score,
                              DeviceArray<float>& rows) {
   const int64_t d = indexer ? c_.indexer_head_dim : c_.head_dim;
-  const int64_t width = (r == 4 ? 2 : 1) * d;
-  compressor_store(ck, cs, ape.get(), width, r, pos, state_kv.get(), state_score.get());
-  compressor_emit(state_kv.get(), state_score.get(), r, d, norm.get(), c_.rms_eps, rope_comp_.get(), n_pair_,
-                  indexer, d - c_.n_rot, pos, row_.get(), rows.get());
+  compressor_push(ck, cs, ape.get(), r, d, pos, state_kv.get(), state_score.get(), norm.get(), c_.rms_eps,
+                  rope_comp_.get(), n_pair_, indexer, d - c_.n_rot, row_.get(), rows.get());
 }
 
 void CudaForward::attention_layer(uint32_t il, bool indexer_on) {

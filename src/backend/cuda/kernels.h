@@ -262,23 +262,21 @@ void moe_combine_hc_post(const float* down, const int32_t* order, int n_used, in
                          const float* x, const float* post, const float* comb, int n_hc, float* out,
                          int n_tok = 1);
 
-/// Compressor push, first half (model::Compressor::push): APE row (*pos % ratio) added to the
-/// score, kv/score written to frontier row (ratio 4: 4 + pos % 4, else pos % ratio) of `width`.
-void compressor_store(const float* kv, const float* score, const float* ape, int64_t width,
-                      uint32_t ratio, const int64_t* pos, float* state_kv, float* state_score);
-
-/// Compressor push, second half, a no-op unless (*pos + 1) % ratio == 0 (one launch): softmax
-/// pooling of the frontier (model::compressor_pool) into `row` [d], RMSNorm with `norm`, tail
-/// RoPE at the row's first position (pos + 1 - ratio, angles from rope_table), then the FP8
-/// round trip of row[0, n_fp8) (attention rows) or the indexer QAT (indexer rows), f16 rounding
-/// into row (pos + 1) / ratio - 1 of `rows`, and for ratio 4 the lane shift of the frontier.
-void compressor_emit(float* state_kv, float* state_score, uint32_t ratio, int64_t d, const float* norm,
-                     float eps, const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,
-                     const int64_t* pos, float* row, float* rows);
+/// Compressor push (model::Compressor::push, spec §3.4.5 / §3.4.7) of kv / score [width], width
+/// = (ratio == 4 ? 2 : 1) * d, in one launch (one block): the APE row (*pos % ratio) added to the
+/// score, kv / score written to frontier row (ratio 4: 4 + pos % 4, else pos % ratio); then, when
+/// (*pos + 1) % ratio == 0, softmax pooling of the frontier (model::compressor_pool) into `row`
+/// [d], RMSNorm with `norm`, tail RoPE at the row's first position (pos + 1 - ratio, angles from
+/// rope_table), the FP8 round trip of row[0, n_fp8) (attention rows) or the indexer QAT (indexer
+/// rows), f16 rounding into row (pos + 1) / ratio - 1 of `rows`, and for ratio 4 the lane shift
+/// of the frontier.
+void compressor_push(const float* kv, const float* score, const float* ape, uint32_t ratio, int64_t d,
+                     const int64_t* pos, float* state_kv, float* state_score, const float* norm, float eps,
+                     const float* rope_table, int n_pair, bool indexer, int64_t n_fp8, float* row, float* rows);
 
 /// The compressor pushes of a prefill chunk's n_tok consecutive positions pos[0] = pos0 .. (rows
-/// kv/score [n_tok][width], width = (ratio == 4 ? 2 : 1) * d): as n_tok compressor_store +
-/// compressor_emit pairs, bit for bit (frontier state included), in three launches: the pooled
+/// kv/score [n_tok][width], width = (ratio == 4 ? 2 : 1) * d): as n_tok compressor_push
+/// calls, bit for bit (frontier state included), in three launches: the pooled
 /// values of the chunk's emissions into pooled [(n_tok / ratio + 1) * d] (each emission's frontier
 /// read from the chunk's rows or the state at its start), the state after the chunk, then one
 /// block per emission for the norm, RoPE, quantization and the row store.

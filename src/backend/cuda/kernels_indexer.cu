@@ -34,20 +34,6 @@ __global__ void indexer_qat_kernel(float* x, int64_t dim, const float* table, in
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) row[i] = qat_smem[i];
 }
 
-__global__ void compressor_store_kernel(const float* kv, const float* score, const float* ape,
-                                        int64_t width, uint32_t ratio, const int64_t* pos,
-                                        float* state_kv, float* state_score) {
-  pdl_wait();
-  pdl_trigger();
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= width) return;
-  const int64_t p = *pos;
-  const int64_t state_row = ratio == 4 ? 4 + p % 4 : p % ratio;
-  const float* a = ape + (p % ratio) * width;
-  state_kv[state_row * width + j] = kv[j];
-  state_score[state_row * width + j] = score[j] + a[j];
-}
-
 // model::compressor_pool of column j, frontier row r's values read through kvf(r, c), scf(r, c)
 // (ratio 4: rows 0..3 the previous group at column c = j, rows 4..7 the current one at d + j).
 template <class KvF, class ScF>
@@ -121,17 +107,29 @@ __device__ void emit_finish(float* row, int64_t d, const float* norm, float eps,
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) out[j] = __half2float(__float2half_rn(row[j]));
 }
 
-// Compressor emission (model::Compressor::push after the store), one block, a no-op unless
-// (pos + 1) % ratio == 0: pool the frontier into `row`, emit_finish, and for ratio 4 shift the
-// current lane of the frontier into the previous one.
-__global__ void compressor_emit_kernel(float* kv, float* sc, uint32_t ratio, int64_t d,
-                                       const float* norm, float eps, const float* rope_table,
-                                       int n_pair, bool indexer, int64_t n_fp8, const int64_t* pos,
-                                       float* row, float* rows) {
+// Compressor push (model::Compressor::push), one block: the store (the APE row p % ratio added to
+// the score; kv / score written to frontier row 4 + p % 4 for ratio 4, else p % ratio), then,
+// when (p + 1) % ratio == 0, the emission: pool the frontier into `row`, emit_finish, and for
+// ratio 4 shift the current lane of the frontier into the previous one. The block's barrier
+// makes its own global stores visible to the pooling reads.
+__global__ void compressor_push_kernel(const float* kv_in, const float* score_in, const float* ape, float* kv,
+                                       float* sc, uint32_t ratio, int64_t d, const float* norm, float eps,
+                                       const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,
+                                       const int64_t* pos, float* row, float* rows) {
   pdl_wait();
   pdl_trigger();
   const int64_t p = *pos;
-  if ((p + 1) % ratio != 0) return;
+  {
+    const int64_t width = (ratio == 4 ? 2 : 1) * d;
+    const int64_t state_row = ratio == 4 ? 4 + p % 4 : p % ratio;
+    const float* a = ape + (p % ratio) * width;
+    for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+      kv[state_row * width + j] = kv_in[j];
+      sc[state_row * width + j] = score_in[j] + a[j];
+    }
+  }
+  if ((p + 1) % ratio != 0) return;  // uniform
+  __syncthreads();
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) row[j] = pool_value(kv, sc, ratio, d, j);
   __syncthreads();
   emit_finish(row, d, norm, eps, rope_table, n_pair, indexer, n_fp8, p, ratio, rows);
@@ -146,7 +144,7 @@ __global__ void compressor_emit_kernel(float* kv, float* sc, uint32_t ratio, int
 
 // A prefill chunk's compressor pushes (positions pos0 .. pos0 + n_tok - 1), computed directly
 // instead of replayed token by token: the frontier row of any position q is its chunk input
-// (kv_in, and score_in + ape as compressor_store_kernel adds them) when q >= pos0, else the
+// (kv_in, and score_in + ape as compressor_push_kernel adds them) when q >= pos0, else the
 // state row holding it at the chunk's start (ratio 4: the group in progress in rows 4 + q % 4,
 // the group before it, already shifted, in rows q % 4; ratio 128: row q % 128).
 struct ChunkFrontier {
@@ -544,17 +542,11 @@ __global__ void __launch_bounds__(kTopKThreads) top_k_kernel(const float* s, int
 
 }  // namespace
 
-void compressor_store(const float* kv, const float* score, const float* ape, int64_t width,
-                      uint32_t ratio, const int64_t* pos, float* state_kv, float* state_score) {
-  launch_k(compressor_store_kernel, blocks_for(width), kThreads, 0, kv, score, ape, width, ratio, pos,
-                                                                        state_kv, state_score);
-}
-
-void compressor_emit(float* state_kv, float* state_score, uint32_t ratio, int64_t d, const float* norm,
-                     float eps, const float* rope_table, int n_pair, bool indexer, int64_t n_fp8,
-                     const int64_t* pos, float* row, float* rows) {
-  launch_k(compressor_emit_kernel, 1, kThreads, 0, state_kv, state_score, ratio, d, norm, eps,
-                                                       rope_table, n_pair, indexer, n_fp8, pos, row, rows);
+void compressor_push(const float* kv, const float* score, const float* ape, uint32_t ratio, int64_t d,
+                     const int64_t* pos, float* state_kv, float* state_score, const float* norm, float eps,
+                     const float* rope_table, int n_pair, bool indexer, int64_t n_fp8, float* row, float* rows) {
+  launch_k(compressor_push_kernel, 1, kThreads, 0, kv, score, ape, state_kv, state_score, ratio, d, norm, eps,
+           rope_table, n_pair, indexer, n_fp8, pos, row, rows);
 }
 
 void compressor_chunk(const float* kv, const float* score, const float* ape, int64_t d, uint32_t ratio,
