@@ -455,17 +455,10 @@ void CudaForward::push_compressor(const DevMatrix& kv_w, const DevMatrix& gate_w
                                   DeviceArray<float>& state_score, DeviceArray<float>& rows) {
   pair(op_h(kv_w, ck_.get(), branch_act_.get()), op_h(gate_w, cs_.get(), branch_act_.get()));
   mark(indexer ? "indexer compressor matvecs" : "compressor matvecs");
-  store_emit(ck_.get(), cs_.get(), ape, norm, indexer, r, pos_.get(), state_kv, state_score, rows);
-  mark(indexer ? "indexer compressor store+emit" : "compressor store+emit");
-}
-
-void CudaForward::store_emit(const float* ck, const float* cs, const DeviceArray<float>& ape,
-                             const DeviceArray<float>& norm, bool indexer, uint32_t r, const int64_t* pos,
-                             DeviceArray<float>& state_kv, DeviceArray<float>& state_score,
-                             DeviceArray<float>& rows) {
   const int64_t d = indexer ? c_.indexer_head_dim : c_.head_dim;
-  compressor_push(ck, cs, ape.get(), r, d, pos, state_kv.get(), state_score.get(), norm.get(), c_.rms_eps,
-                  rope_comp_.get(), n_pair_, indexer, d - c_.n_rot, row_.get(), rows.get());
+  compressor_push(ck_.get(), cs_.get(), ape.get(), r, d, pos_.get(), state_kv.get(), state_score.get(), norm.get(),
+                  c_.rms_eps, rope_comp_.get(), n_pair_, indexer, d - c_.n_rot, row_.get(), rows.get());
+  mark(indexer ? "indexer compressor store+emit" : "compressor store+emit");
 }
 
 void CudaForward::attention_layer(uint32_t il, bool indexer_on) {

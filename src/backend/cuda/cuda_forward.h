@@ -130,11 +130,6 @@ class CudaForward {
                        const DeviceArray<float>& norm, bool indexer, uint32_t ratio,
                        DeviceArray<float>& state_kv, DeviceArray<float>& state_score,
                        DeviceArray<float>& rows);
-  // The compressor's store and emit for one token (model::Compressor::push after its
-  // projections ck/cs, spec §3.4.5/§3.4.7): shared by the decode step and the prefill.
-  void store_emit(const float* ck, const float* cs, const DeviceArray<float>& ape, const DeviceArray<float>& norm,
-                  bool indexer, uint32_t ratio, const int64_t* pos, DeviceArray<float>& state_kv,
-                  DeviceArray<float>& state_score, DeviceArray<float>& rows);
   // compressor_chunk of n positions from pos0 with rows ck/cs [n][width] (batch_->pooled scratch).
   void chunk_compress(const float* ck, const float* cs, const DeviceArray<float>& ape, const DeviceArray<float>& norm,
                       bool indexer, uint32_t r, int64_t pos0, int n, DeviceArray<float>& state_kv,
