@@ -21,6 +21,8 @@
 #   sprof    DS4_CUDA_PROFILE=1 decode step profile at $PROFILE_CTX (default 2048), once per entry of $AB
 #   ncu      Nsight Compute of $KERNEL (regex, default "rowslice"), $NCU_COUNT launches (4), at $PROFILE_CTX;
 #            NCU_SOURCE=1: also the stall samples per SASS instruction (ncu-source.csv)
+#   timeline every kernel of the last 3 decode steps at $PROFILE_CTX (CUPTI: DS4_CUDA_TIMELINE), once per entry
+#            of $AB, into $OUT/timeline.ENTRY.{kernels,graph}.csv; read them with scripts/timeline-report.py
 #   ktime    every decode kernel's duration at $PROFILE_CTX (default 2048; ncu, graph nodes one by one, serialised):
 #            per-kernel totals per step against the graph's step time (the launch gaps)
 # TEST_AB: environment settings under which the CudaKernels.* tests run again (as AB's, without
@@ -55,6 +57,9 @@ if [ "${1:-}" = --stage ]; then
     strip -o "$3/$(basename "$b")" "$2/$b" || exit 1
     copy_libs "$2/$b" "$3/lib" || exit 1
   done
+  # The timeline step's CUPTI (loaded at run time, so ldd does not list it), when the toolkit has it.
+  cupti=$(ls /usr/local/cuda/lib*/libcupti.so.1[0-9] /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.1[0-9] 2>/dev/null | head -1)
+  [ -n "$cupti" ] && { cp -L "$cupti" "$3/lib/" || exit 1; }
   du -sh "$3"
   exit 0
 fi
@@ -63,7 +68,7 @@ fi
 BIN=$(cd "$1" && pwd)
 STEPS=${2:-tests nano decode prefill}
 AB=${AB:--}
-STEP_NAMES="tests nano decode prefill kprof sprof ncu ktime"
+STEP_NAMES="tests nano decode prefill kprof sprof ncu ktime timeline"
 for step in $STEPS; do  # a mistyped step is refused before the others spend device time
   [[ " $STEP_NAMES " == *" $step "* ]] || { echo "$0: unknown step $step (steps: $STEP_NAMES)" >&2; exit 2; }
 done
@@ -196,6 +201,15 @@ for step in $STEPS; do
              printf "%10.1f us/step %7.1f calls/step (total, %d steps)\n", tot / 1e3 / steps, cnt / steps, steps}' \
         "$OUT/ktime.csv" | sort -rn >"$OUT/ktime.txt"
       summary+=("ktime: $(grep total "$OUT/ktime.txt")")
+      ;;
+    timeline)  # once per entry of $AB: the last 3 of 8 decode steps (graph launches) at PROFILE_CTX
+      for entry in $AB; do
+        tag="timeline.${entry//[^A-Za-z0-9_]/_}"
+        with_env "$entry" env DS4_CUDA_TIMELINE="$OUT/$tag" DS4_CUPTI_LIBRARY="$(ls "$BIN"/lib/libcupti.so* | head -1)" \
+          "$(bench_of "$entry")" --cuda --synthetic flash-q2 --fill-state --ctx-start "${PROFILE_CTX:-2048}" \
+          --ctx-max "${PROFILE_CTX:-2048}" -n 8 >"$OUT/$tag.log" 2>&1
+        summary+=("$tag: $(grep -E 'DS4_CUDA_TIMELINE|decode' "$OUT/$tag.log" | tr -s ' ' | tr '\n' ';')")
+      done
       ;;
     sprof)  # once per entry of $AB; the summary keeps the routed experts', the indexer's and the attention's lines
       for entry in $AB; do

@@ -160,7 +160,11 @@ TEST_F(CudaKernels, IndexerQatMatchesCpuRows) {
   std::vector<float> x(static_cast<size_t>(rows * dim));
   for (float& v : x) v = nd(rng);
   x[3] = 0.0f;
-  for (int64_t i = 0; i < dim; ++i) x[static_cast<size_t>(5 * dim + i)] = 0.0f;  // an all-zero row
+  for (int64_t i = 0; i < dim; ++i) {
+    x[static_cast<size_t>(5 * dim + i)] = 0.0f;                 // an all-zero row
+    x[static_cast<size_t>(6 * dim + i)] *= 1.0e-39f;            // subnormal: below the FP4 scale floor
+    x[static_cast<size_t>(7 * dim + i)] = i == 9 ? 1.0e30f : 0.0f;  // one huge value
+  }
   cuda::DeviceArray<float> d(x.size());
   d.upload(x.data(), x.size());
   cuda::indexer_qat(d.get(), rows, dim);
@@ -169,6 +173,48 @@ TEST_F(CudaKernels, IndexerQatMatchesCpuRows) {
   d.download(got.data(), got.size());
   for (int r = 0; r < rows; ++r) model::indexer_qat_row({&x[static_cast<size_t>(r * dim)], static_cast<size_t>(dim)});
   EXPECT_EQ(got, x);
+}
+
+// The KV row store (norm_rope with a ring, spec §3.4.2) against the CPU units in sequence:
+// model::rms_norm, rope_tail_apply, fp8_kv_round_trip on the 448 non-RoPE values (7 blocks of
+// 64), f16 rounding, bit for bit. Inputs are multiples of 1/8 (their squares sum exactly in f64,
+// so the norm's scale is the same in any summation order); the blocks hit the round trip's
+// cases: an all-zero block and one of tiny values (both below the FP8 scale floor), one with a
+// large outlier, the rest random.
+TEST_F(CudaKernels, KvRowStoreMatchesCpu) {
+  std::mt19937 rng(17);
+  const int64_t dim = 512, n_fp8 = 448, raw_cap = 8, pos = 5;
+  const int n_pair = 32;
+  std::vector<float> x(dim), w(dim), table(static_cast<size_t>((pos + 1) * 2 * n_pair));
+  for (float& v : x) v = static_cast<float>(static_cast<int>(rng() % 129) - 64) / 8.0f;
+  for (int64_t i = 0; i < 64; ++i) {
+    x[static_cast<size_t>(64 + i)] = 0.0f;                           // block 1: zeros
+    x[static_cast<size_t>(128 + i)] = (i % 2 ? -1.0f : 1.0f) / 8.0f;  // block 2: tiny after the weight
+    w[static_cast<size_t>(128 + i)] = 1.0e-6f;
+  }
+  x[200] = 4096.0f;  // block 3: an outlier
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  for (int64_t i = 0; i < dim; ++i)
+    if (i < 128 || i >= 192) w[static_cast<size_t>(i)] = 0.5f + 0.5f * ud(rng);
+  for (float& v : table) v = ud(rng);
+  cuda::DeviceArray<float> dx(x.size()), dw(w.size()), dt(table.size()), raw(static_cast<size_t>(raw_cap * dim));
+  dx.upload(x.data(), x.size());
+  dw.upload(w.data(), w.size());
+  dt.upload(table.data(), table.size());
+  cuda::DeviceArray<int64_t> dpos(1);
+  dpos.upload(&pos, 1);
+  cuda::norm_rope(dx.get(), dw.get(), dim, 1, model::kRmsEps, dt.get(), n_pair, dpos.get(), n_fp8, raw.get(), raw_cap);
+  cuda::check(cudaDeviceSynchronize(), "norm_rope");
+  std::vector<float> want(dim);
+  model::rms_norm(x, w, want, model::kRmsEps);
+  const float* cs = &table[static_cast<size_t>(pos * 2 * n_pair)];
+  model::rope_tail_apply(want, static_cast<size_t>(dim), {cs, static_cast<size_t>(n_pair)},
+                         {cs + n_pair, static_cast<size_t>(n_pair)}, false);
+  model::fp8_kv_round_trip(std::span<float>(want).first(static_cast<size_t>(n_fp8)));
+  for (float& v : want) v = round_f16(v);
+  const std::vector<float> ring = download(raw, static_cast<size_t>(raw_cap * dim));
+  EXPECT_EQ(std::vector<float>(ring.begin() + pos * dim, ring.begin() + (pos + 1) * dim), want);
+  EXPECT_EQ(download(dx, x.size()), want);  // the row itself keeps the stored values
 }
 
 // indexer_rope_qat (one launch) equals rope_tail then indexer_qat (two), bit for bit, and the CPU

@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "backend/cuda/graph_skip.h"
+#include "backend/cuda/kernel_timeline.h"
 #include "backend/cuda/launch_stream.h"
 #include "common/error.h"
 #include "model/rope.h"
@@ -97,6 +98,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
     pprof_ = std::make_unique<PrefillProfile>();
   use_graphs_ = !env_is_zero("DS4_CUDA_GRAPH");
   graph_skip_regex();  // an invalid DS4_CUDA_GRAPH_SKIP fails here, when the session is made
+  KernelTimeline::get();  // DS4_CUDA_TIMELINE: CUPTI's records start before any graph is captured
   attn_rope_fused_ = !env_is_zero("DS4_CUDA_ATTN_ROPE_FUSED");
   attn_q8_fused_ = !env_is_zero("DS4_CUDA_ATTN_Q8_FUSED");
   idx_first_ = !env_is_zero("DS4_CUDA_IDX_FIRST");
@@ -232,6 +234,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
 }
 
 CudaForward::~CudaForward() {
+  if (KernelTimeline* tl = KernelTimeline::get()) tl->write();
   if (prof_) std::fputs(prof_->report().c_str(), stderr);
   if (pprof_ && pprof_->tokens > 0) {
     static const char* names[5] = {"HC, norms, RoPE, router, combine (batched small kernels)",
@@ -339,6 +342,10 @@ void CudaForward::step(int64_t pos, float* logits) {
       check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
       launch_step(indexer_on, want_logits);
       check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+      if (KernelTimeline* tl = KernelTimeline::get()) {  // DS4_CUDA_TIMELINE: the graph's nodes and edges
+        static int captures = 0;
+        tl->add_graph(graph, std::to_string(captures++) + (indexer_on ? "i" : "") + (want_logits ? "l" : ""));
+      }
       // Node priorities are the capture streams' (kept only with this flag).
       const cudaError_t st = cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagUseNodePriority);
       if (st == cudaSuccess && graph_skip_regex()) {  // what-if timing (graph_skip.h)

@@ -222,6 +222,45 @@ __device__ void round_trip_block(float* x, int64_t n) {
   }
 }
 
+// round_trip_block<kFp8> of the consecutive blocks of `blk` values of x[0, n) (the last one
+// shorter when blk does not divide n), by the whole block's warps: warp w takes blocks w, w +
+// warps, ..., lane l the block's values l, l + 32, ...; the block's largest |x| by shuffles (the
+// serial scan's "larger replaces", which never takes a NaN, is a max over the other values: any
+// order gives it), then each value's own rounding. round_trip_block's values exactly, with one
+// memory round trip per value instead of a serial chain through the block. The whole block calls
+// it; x's values are written by earlier code of the block before a barrier, and read after the
+// next one.
+template <bool kFp8>
+__device__ void block_round_trip(float* x, int64_t n, int blk) {
+  const float floor_v = kFp8 ? 1.0e-4f : 7.052966104933725e-38f;
+  const float qmax = kFp8 ? 448.0f : 6.0f;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, warps = blockDim.x / 32;
+  for (int64_t b0 = static_cast<int64_t>(warp) * blk; b0 < n; b0 += static_cast<int64_t>(warps) * blk) {
+    float* xb = x + b0;
+    const int m = static_cast<int>(n - b0 < blk ? n - b0 : blk);
+    float amax = 0.0f;
+    for (int i = lane; i < m; i += 32) {
+      const float av = fabsf(xb[i]);
+      amax = av > amax ? av : amax;
+    }
+    for (int off = 16; off >= 1; off >>= 1) {
+      const float o = __shfl_xor_sync(0xffffffffu, amax, off);
+      amax = o > amax ? o : amax;
+    }
+    if (amax < floor_v) amax = floor_v;
+    const int e = ceil_log2(amax / qmax);
+    const float scale = ldexpf(1.0f, e);
+    const float inv_scale = ldexpf(1.0f, -e);
+    const int32_t qmax_bits = __float_as_int(qmax);
+    for (int i = lane; i < m; i += 32) {
+      const float v = xb[i] * inv_scale;
+      const int32_t q_bits = __float_as_int(kFp8 ? e4m3_round_abs(fabsf(v)) : e2m1_round_abs(fabsf(v)));
+      const uint32_t q = static_cast<uint32_t>(q_bits < qmax_bits ? q_bits : qmax_bits);
+      const uint32_t sign = v < 0.0f ? 0x80000000u : 0u;
+      xb[i] = __uint_as_float(q | sign) * scale;
+    }
+  }
+}
 
 // Hadamard butterfly (model::hadamard), scale, then FP4 blocks of 32, on one row (one thread).
 __device__ void qat_row(float* v, int64_t dim) {
@@ -238,9 +277,9 @@ __device__ void qat_row(float* v, int64_t dim) {
   for (int64_t off = 0; off < dim; off += 32) round_trip_block<false>(v + off, 32);
 }
 
-// qat_row by the whole block on `v` in shared memory: each butterfly stage's pairs are
-// disjoint, so running a stage's pairs in parallel gives the serial result exactly; the scale is
-// elementwise and each FP4 block of 32 is one thread's sequential round trip.
+// qat_row by the whole block on `v` in shared memory (dim a multiple of 32): each butterfly
+// stage's pairs are disjoint, so running a stage's pairs in parallel gives the serial result
+// exactly; the scale is elementwise and the FP4 blocks of 32 are block_round_trip's.
 __device__ void block_qat_row(float* v, int64_t dim) {
   for (int64_t stride = 1; stride < dim; stride <<= 1) {
     for (int64_t p = threadIdx.x; p < dim / 2; p += blockDim.x) {
@@ -255,7 +294,7 @@ __device__ void block_qat_row(float* v, int64_t dim) {
   const float scale = static_cast<float>(1.0 / sqrt(static_cast<double>(dim)));
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) v[i] *= scale;
   __syncthreads();
-  for (int64_t off = 32 * threadIdx.x; off < dim; off += 32 * blockDim.x) round_trip_block<false>(v + off, 32);
+  block_round_trip<false>(v, dim, 32);
   __syncthreads();
 }
 

@@ -99,8 +99,7 @@ __device__ void emit_finish(float* row, int64_t d, const float* norm, float eps,
       qat_row(row, d);
     }
   } else {
-    for (int64_t b = threadIdx.x; b < (n_fp8 + 63) / 64; b += blockDim.x)
-      round_trip_block<true>(row + b * 64, n_fp8 - b * 64 < 64 ? n_fp8 - b * 64 : 64);
+    block_round_trip<true>(row, n_fp8, 64);
   }
   __syncthreads();
   float* out = rows + ((p + 1) / ratio - 1) * d;
@@ -119,13 +118,29 @@ __global__ void compressor_push_kernel(const float* kv_in, const float* score_in
   pdl_wait();
   pdl_trigger();
   const int64_t p = *pos;
+  // Copies of kPushBatch values per thread, every load issued before the first store (in-order
+  // issue would otherwise wait one memory round trip per value).
+  constexpr int kPushBatch = 8;
   {
     const int64_t width = (ratio == 4 ? 2 : 1) * d;
     const int64_t state_row = ratio == 4 ? 4 + p % 4 : p % ratio;
     const float* a = ape + (p % ratio) * width;
-    for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
-      kv[state_row * width + j] = kv_in[j];
-      sc[state_row * width + j] = score_in[j] + a[j];
+    for (int64_t j0 = threadIdx.x; j0 < width; j0 += kPushBatch * static_cast<int64_t>(blockDim.x)) {
+      float k[kPushBatch], v[kPushBatch];
+#pragma unroll
+      for (int u = 0; u < kPushBatch; ++u) {
+        const int64_t j = j0 + u * static_cast<int64_t>(blockDim.x);
+        k[u] = j < width ? kv_in[j] : 0.0f;
+        v[u] = j < width ? score_in[j] + a[j] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kPushBatch; ++u) {
+        const int64_t j = j0 + u * static_cast<int64_t>(blockDim.x);
+        if (j < width) {
+          kv[state_row * width + j] = k[u];
+          sc[state_row * width + j] = v[u];
+        }
+      }
     }
   }
   if ((p + 1) % ratio != 0) return;  // uniform
@@ -133,11 +148,24 @@ __global__ void compressor_push_kernel(const float* kv_in, const float* score_in
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) row[j] = pool_value(kv, sc, ratio, d, j);
   __syncthreads();
   emit_finish(row, d, norm, eps, rope_table, n_pair, indexer, n_fp8, p, ratio, rows);
-  if (ratio == 4) {
-    const int64_t width = 2 * d;
-    for (int64_t i = threadIdx.x; i < 4 * width; i += blockDim.x) {
-      kv[i] = kv[4 * width + i];
-      sc[i] = sc[4 * width + i];
+  if (ratio == 4) {  // rows 4..7 into rows 0..3: disjoint, so each value's copy stands alone
+    const int64_t n = 8 * d;  // 4 rows of width 2 d
+    for (int64_t i0 = threadIdx.x; i0 < n; i0 += kPushBatch * static_cast<int64_t>(blockDim.x)) {
+      float k[kPushBatch], v[kPushBatch];
+#pragma unroll
+      for (int u = 0; u < kPushBatch; ++u) {
+        const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x);
+        k[u] = i < n ? kv[n + i] : 0.0f;
+        v[u] = i < n ? sc[n + i] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kPushBatch; ++u) {
+        const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x);
+        if (i < n) {
+          kv[i] = k[u];
+          sc[i] = v[u];
+        }
+      }
     }
   }
 }

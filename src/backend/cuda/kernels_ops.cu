@@ -84,8 +84,7 @@ __global__ void norm_rope_kernel(float* x, const float* w, int64_t dim, float ep
     rope_pair(row + dim - 2 * n_pair, table + *pos * 2 * n_pair, n_pair, p, 1.0f);
   if (!kv_round) return;
   __syncthreads();
-  for (int64_t b = threadIdx.x; b < (n_fp8 + 63) / 64; b += blockDim.x)
-    round_trip_block<true>(row + b * 64, n_fp8 - b * 64 < 64 ? n_fp8 - b * 64 : 64);
+  block_round_trip<true>(row, n_fp8, 64);
   __syncthreads();
   float* dst = raw ? raw + (*pos % raw_cap) * dim : nullptr;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
