@@ -15,6 +15,7 @@ import argparse
 import collections
 import csv
 import re
+import signal
 import sys
 
 
@@ -33,6 +34,15 @@ def family(name):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # a closed pipe (| head) ends the report quietly
+    try:
+        report()
+    except (KeyError, ValueError, IndexError, UnicodeDecodeError, csv.Error) as e:
+        sys.exit(f"timeline-report: malformed timeline files ({type(e).__name__}: {e}); expected "
+                 "DS4_CUDA_TIMELINE's PREFIX.kernels.csv and PREFIX.graph.csv")
+
+
+def report():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("prefix")
     ap.add_argument("--layer", type=int, default=10, help="the layer whose kernels are listed (default 10)")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/timeline-report.py on a hand-made timeline: one launch of 4 kernels whose critical
 # path is known (A -> C -> D: C ends after B, so D waits on C), node ids of a graph numbered
-# differently from the records' (the low 32 bits agree), a missing file, and a timeline whose
-# node ids match no graph (kernel totals only).
+# differently from the records' (the low 32 bits agree), a missing file, malformed files (a
+# clear error, no traceback), and a timeline whose node ids match no graph (kernel totals only).
 # usage: timeline_report_test.sh SOURCE_DIR
 set -u
 report=$1/scripts/timeline-report.py
@@ -35,6 +35,11 @@ out=$($py "$report" "$tmp/t" 2>&1)
 grep -qE "^ +25\.0 +-5\.0 +1  kern_c" <<<"$out" && ok || bad "kern_c's path time and gap: $out"
 grep -qE "kern_b" <<<"$(grep -A20 'path us' <<<"$out" | sed -n '2,4p')" && bad "kern_b is not on the path: $out" || ok
 expect 1 "No such file" -- $py "$report" "$tmp/none"
+cp "$tmp/t.graph.csv" "$tmp/bad.graph.csv"
+printf 'a,b\n1,2\n' >"$tmp/bad.kernels.csv"  # a header without the timeline's columns
+expect 1 "malformed timeline files \(KeyError" -- $py "$report" "$tmp/bad"
+head -c 300 /dev/urandom >"$tmp/bad.kernels.csv"  # not text
+expect 1 "malformed timeline files" -- $py "$report" "$tmp/bad"
 sed -i 's/^node,0i,/node,0i,9/' "$tmp/t.graph.csv"  # node ids that match nothing
 expect 0 "no critical path" -- $py "$report" "$tmp/t"
 echo "timeline_report: $pass passed, $fail failed"
