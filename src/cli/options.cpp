@@ -83,12 +83,7 @@ Options parse_options(int argc, char** argv) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(std::string(argv[i]) == "-sys" ? "--system" : argv[i]);
   std::reverse(args.begin(), args.end());
-  try {
-    app.parse(args);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    std::exit(rc == 0 ? 0 : 2);
-  }
+  parse_or_exit(app, args);
   if (o.prompt && o.prompt_file) {
     std::fprintf(stderr, "ds4: give either -p/--prompt or --prompt-file, not both\n");
     std::exit(2);

@@ -9,8 +9,22 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 namespace ds4 {
+
+/// app.parse(args...) (argc, argv or a reversed argument vector); a parse error prints CLI11's
+/// message (--help: the help text) and exits: 0 for --help, 2 for every usage error (CLI11's own
+/// exit codes differ by error: 106 for a missing option, 109 for an unknown one, ...).
+template <typename... Args>
+void parse_or_exit(CLI::App& app, Args&&... args) {
+  try {
+    app.parse(std::forward<Args>(args)...);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    std::exit(rc == 0 ? 0 : 2);
+  }
+}
 
 /// Refuses an empty value for a list option (e.g. `--gpu-devices ""`), which would otherwise read
 /// as "option not given": "needs at least one <what>, e.g. <example>". Parse-time error (exit 2).

@@ -88,12 +88,7 @@ Flags parse(int argc, char** argv) {
                  "Tool-call ids remembered for exact DSML replay (LRU; 512 MiB cap)")
       ->check(CLI::PositiveNumber);
   app.add_option("--trace", f.trace, "Append a human-readable trace of every job to FILE");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    std::exit(rc == 0 ? 0 : 2);
-  }
+  ds4::parse_or_exit(app, argc, argv);
   if (f.kv_cold_max != 0 && f.kv_cold_max < f.kv_min) {
     std::fprintf(stderr, "ds4-server: --kv-cache-cold-max-tokens must be 0 or >= --kv-cache-min-tokens\n");
     std::exit(2);

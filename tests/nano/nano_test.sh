@@ -84,6 +84,10 @@ expect 1 "context is 64 tokens" -- "$build/ds4" -t 1 --perplexity-file "$tmp/hel
   && ok || bad "make-model --weights round trip differs"
 expect 1 "fixes the shape" -- "$build/ds4-make-model" --weights "$build/models/ds4-tiny-f32.gguf" \
   --config "$0" -o "$tmp/x.gguf"
+# The tools' usage errors exit 2, as ds4's and ds4-server's do (not CLI11's per-error codes).
+for tool in ds4-make-model ds4-tokenize ds4-dump-logits; do
+  expect 2 "is required|not expected" -- "$build/$tool" --no-such-flag
+done
 (cd "$src" && /usr/bin/python3 - "$tmp/bad_weights.gguf" <<'PY'
 import sys
 import numpy as np

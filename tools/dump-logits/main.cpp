@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "common/cli_checks.h"
 #include "common/error.h"
 #include "dump.h"
 #include "parallel/thread_pool.h"
@@ -81,7 +82,7 @@ int main(int argc, char** argv) {
   app.add_option("--trace-filter", a.trace_filter,
                  "Only trace names containing one of these substrings")
       ->delimiter(',');
-  CLI11_PARSE(app, argc, argv);
+  ds4::parse_or_exit(app, argc, argv);  // usage errors: exit 2
   try {
     return run(a);
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "common/cli_checks.h"
 #include "common/error.h"
 #include "common/read_file.h"
 #include "generator.h"
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
   app.add_option("--name", name, "general.name");
   app.add_flag("-q,--quiet", quiet, "No progress output");
   app.add_option("-o,--output", out, "Output GGUF path")->required();
-  CLI11_PARSE(app, argc, argv);
+  ds4::parse_or_exit(app, argc, argv);  // usage errors: exit 2
 
   try {
     using ds4::model::Config;

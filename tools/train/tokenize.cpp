@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/cli_checks.h"
 #include "common/error.h"
 #include "common/read_file.h"
 #include "tokenizer/hf_tokenizer_json.h"
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output-dir", out_dir, "Folder for <input stem>.u32 files")->required();
   app.add_flag("--specials", specials, "Recognise special token strings (encode_with_specials)");
   app.add_option("inputs", inputs, "UTF-8 text files")->required()->check(CLI::ExistingFile);
-  CLI11_PARSE(app, argc, argv);
+  ds4::parse_or_exit(app, argc, argv);  // usage errors: exit 2
   try {
     ds4::tok::Tokenizer tok(ds4::tok::vocab_from_hf_tokenizer_json(ds4::read_file_maybe_zstd(vocab_path), {}, vocab_path));
     std::filesystem::create_directories(out_dir);
