@@ -63,15 +63,17 @@ if [ "${1:-}" = --stage ]; then
   du -sh "$3"
   exit 0
 fi
-[ -n "${1:-}" ] || { echo "usage: $0 BIN_DIR [STEPS] (BIN_DIR: ds4-bench and the rest, made by: $0 --stage BUILD_DIR BIN_DIR)" >&2; exit 2; }
-[ -x "$1/ds4-bench" ] || { echo "$0: $1/ds4-bench is missing: fill $1 with $0 --stage first" >&2; exit 2; }
-BIN=$(cd "$1" && pwd)
+usage="usage: $0 BIN_DIR [STEPS] (BIN_DIR: ds4-bench and the rest, made by: $0 --stage BUILD_DIR BIN_DIR)"
+case ${1:-} in -h|--help) echo "$usage (the steps and variables: this script's header)"; exit 0 ;; esac
+[ -n "${1:-}" ] || { echo "$usage" >&2; exit 2; }
 STEPS=${2:-tests nano decode prefill}
-AB=${AB:--}
 STEP_NAMES="tests nano decode prefill kprof sprof ncu ktime timeline"
-for step in $STEPS; do  # a mistyped step is refused before the others spend device time
+for step in $STEPS; do  # a mistyped step is refused first, before the others spend device time
   [[ " $STEP_NAMES " == *" $step "* ]] || { echo "$0: unknown step $step (steps: $STEP_NAMES)" >&2; exit 2; }
 done
+[ -x "$1/ds4-bench" ] || { echo "$0: $1/ds4-bench is missing: fill $1 with $0 --stage first" >&2; exit 2; }
+BIN=$(cd "$1" && pwd)
+AB=${AB:--}
 [[ ${ROUNDS:-2} =~ ^[1-9][0-9]*$ ]] || { echo "$0: ROUNDS must be a positive integer, not '${ROUNDS}'" >&2; exit 2; }
 [[ ${PROFILE_CTX:-2048} =~ ^[1-9][0-9]*$ ]] || { echo "$0: PROFILE_CTX must be a positive integer, not '${PROFILE_CTX}'" >&2; exit 2; }
 # An AB entry is "-", "VAR=value,...", "@DIR" or "@DIR,VAR=value,...".

@@ -10,6 +10,8 @@ source "$(dirname "$0")/expect.sh"
 
 expect 2 "^usage: .* BIN_DIR \[STEPS\]" -- bash "$script"
 expect 2 "nowhere/ds4-bench is missing: fill .* with .* --stage first" -- bash "$script" "$tmp/nowhere"
+expect 0 "^usage: .* BIN_DIR \[STEPS\]" -- bash "$script" --help
+expect 2 "unknown step nosuchstep" -- bash "$script" "$tmp/nowhere" nosuchstep  # before the folder
 expect 2 "^usage: .* --stage BUILD_DIR BIN_DIR" -- bash "$script" --stage "$tmp/nowhere" "$tmp/bin"
 expect 2 "^usage: .* --stage BUILD_DIR BIN_DIR" -- bash "$script" --stage "$build"
 mkdir -p "$tmp/empty"
