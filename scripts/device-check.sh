@@ -207,7 +207,7 @@ for step in $STEPS; do
     timeline)  # once per entry of $AB: the last 3 of 8 decode steps (graph launches) at PROFILE_CTX
       for entry in $AB; do
         tag="timeline.${entry//[^A-Za-z0-9_]/_}"
-        with_env "$entry" env DS4_CUDA_TIMELINE="$OUT/$tag" DS4_CUPTI_LIBRARY="$(ls "$BIN"/lib/libcupti.so* | head -1)" \
+        with_env "$entry" env DS4_CUDA_TIMELINE="$OUT/$tag" DS4_CUPTI_LIBRARY="$(ls "$BIN"/lib/libcupti.so* 2>/dev/null | head -1)" \
           "$(bench_of "$entry")" --cuda --synthetic flash-q2 --fill-state --ctx-start "${PROFILE_CTX:-2048}" \
           --ctx-max "${PROFILE_CTX:-2048}" -n 8 >"$OUT/$tag.log" 2>&1
         summary+=("$tag: $(grep -E 'DS4_CUDA_TIMELINE|decode' "$OUT/$tag.log" | tr -s ' ' | tr '\n' ';')")

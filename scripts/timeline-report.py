@@ -69,12 +69,12 @@ def report():
     t0 = min(int(k["start_ns"]) for k in ks)
     # Node ids are (graph id << 32) + the node's index in its graph: the instantiated graph's
     # records and the captured graph's nodes agree in the index (the low 32 bits).
+    low = lambda v: str(int(v) & 0xFFFFFFFF)
     kern = {}
     for k in ks:
-        kern[str(int(k["node"]) & 0xFFFFFFFF)] = dict(name=k["name"], s=int(k["start_ns"]) - t0, e=int(k["end_ns"]) - t0,
+        kern[low(k["node"])] = dict(name=k["name"], s=int(k["start_ns"]) - t0, e=int(k["end_ns"]) - t0,
                                grid=(k["grid_x"], k["grid_y"], k["grid_z"]))
     # The graph holding these node ids: its edges, with non-kernel nodes (events, empty) passed through.
-    low = lambda v: str(int(v) & 0xFFFFFFFF)
     preds = collections.defaultdict(list)
     graphs = collections.defaultdict(dict)  # label -> node index -> kernel name
     for row in grows[1:]:
@@ -88,7 +88,7 @@ def report():
         if row[0] == "edge" and row[1] == label:
             preds[low(row[3])].append((low(row[2]), int(row[4])))
 
-    def kernel_preds(n, seen=None):  # kernel predecessors of node n, through other node kinds
+    def kernel_preds(n):  # kernel predecessors of node n, through other node kinds
         out = []
         for p, typ in preds.get(n, []):
             if p in kern:
@@ -96,6 +96,10 @@ def report():
             else:
                 out.extend(kernel_preds(p))
         return out
+
+    def gating(n):  # the predecessor (node, edge type) that ends last, or None
+        ps = kernel_preds(n)
+        return max(ps, key=lambda pt: kern[pt[0]]["e"]) if ps else None
 
     if matched < len(kern) // 2:
         print("node ids do not match the graph's: no critical path (kernel totals only)")
@@ -107,11 +111,8 @@ def report():
         return
     last = max(kern, key=lambda n: kern[n]["e"])
     path = [last]
-    while True:
-        ps = kernel_preds(path[-1])
-        if not ps:
-            break
-        path.append(max(ps, key=lambda pt: kern[pt[0]]["e"])[0])
+    while (gate := gating(path[-1])) is not None:
+        path.append(gate[0])
     path.reverse()
     step = kern[last]["e"]
     on_path = set(path)
@@ -140,8 +141,7 @@ def report():
         print("     start      end    dur  wait-on (pred ends, type)  kernel")
         for n in sorted((n for n, k in kern.items() if a <= k["s"] < b), key=lambda n: kern[n]["s"]):
             k = kern[n]
-            ps = kernel_preds(n)
-            gate = max(ps, key=lambda pt: kern[pt[0]]["e"]) if ps else None
+            gate = gating(n)
             g = f"{(kern[gate[0]]['e'] - a) / 1e3:8.1f} {'P' if gate[1] else 'F'}" if gate else "         -"
             print(f"  {'*' if n in on_path else ' '}{(k['s'] - a) / 1e3:7.1f}  {(k['e'] - a) / 1e3:7.1f}  "
                   f"{(k['e'] - k['s']) / 1e3:5.1f}  {g}  {short(k['name'])} grid {'x'.join(k['grid'])}")

@@ -1,4 +1,5 @@
-// CLI11 validators shared by the command-line front ends (ds4, ds4-server, ds4-bench).
+// CLI11 validators and parsing shared by the command-line front ends (ds4, ds4-server, ds4-bench)
+// and the tools (ds4-make-model, ds4-tokenize, ds4-dump-logits).
 #pragma once
 
 #include <CLI/CLI.hpp>

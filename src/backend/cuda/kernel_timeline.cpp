@@ -97,7 +97,7 @@ KernelTimeline::Impl* start_timeline(const char* prefix) {
     std::fprintf(stderr, "DS4_CUDA_TIMELINE: cannot load libcupti (%s); set DS4_CUPTI_LIBRARY\n", dlerror());
     return nullptr;
   }
-  auto* t = new KernelTimeline::Impl;
+  auto t = std::make_unique<KernelTimeline::Impl>();  // freed if a symbol is missing
   t->prefix = prefix;
   CuptiApi& a = t->api;
   if (!resolve(lib, "cuptiActivityRegisterCallbacks", a.register_callbacks) ||
@@ -105,7 +105,7 @@ KernelTimeline::Impl* start_timeline(const char* prefix) {
       !resolve(lib, "cuptiActivityGetNextRecord", a.next_record) ||
       !resolve(lib, "cuptiGetGraphNodeId", a.node_id))
     return nullptr;
-  return t;
+  return t.release();
 }
 
 }  // namespace
