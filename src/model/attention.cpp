@@ -36,9 +36,9 @@ void sink_attention(std::span<const float> q, std::span<const float> sinks,
     }
     float* oh = out.data() + h * dim;
     std::fill(oh, oh + dim, 0.0f);
-    float denom = std::exp(sinks[h] - m);
+    float denom = detail::exp_f32(sinks[h] - m);
     for (size_t j = 0; j < rows.size(); ++j) {
-      const float w = std::exp(score[j] - m);
+      const float w = detail::exp_f32(score[j] - m);
       denom += w;
       detail::axpy_f32(oh, rows[j], w, dim);
     }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "model/vector_ops.h"
 #include "model/kv_quant.h"
 
 namespace ds4::model {
@@ -66,8 +67,8 @@ void compressor_pool(std::span<const float> state_kv, std::span<const float> sta
       for (size_t r = 0; r < 4; ++r) {
         const size_t ip = r * width + j;
         const size_t ic = (4 + r) * width + d + j;
-        const float wp = std::exp(sc[ip] - max_score);
-        const float wc = std::exp(sc[ic] - max_score);
+        const float wp = detail::exp_f32(sc[ip] - max_score);
+        const float wc = detail::exp_f32(sc[ic] - max_score);
         denom += wp + wc;
         sum += wp * kv[ip];
         sum += wc * kv[ic];
@@ -79,7 +80,7 @@ void compressor_pool(std::span<const float> state_kv, std::span<const float> sta
         continue;
       }
       for (size_t r = 0; r < ratio; ++r) {
-        const float w = std::exp(sc[r * width + j] - max_score);
+        const float w = detail::exp_f32(sc[r * width + j] - max_score);
         denom += w;
         sum += w * kv[r * width + j];
       }

@@ -3,15 +3,16 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "model/vector_ops.h"
 
 namespace ds4::model {
 
 float silu(float z) {
   float s;
   if (z >= 0.0f) {
-    s = 1.0f / (1.0f + std::exp(-z));
+    s = 1.0f / (1.0f + detail::exp_f32(-z));
   } else {
-    const float e = std::exp(z);
+    const float e = detail::exp_f32(z);
     s = e / (1.0f + e);
   }
   return z * s;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "model/vector_ops.h"
 
 namespace ds4::model {
 namespace {
@@ -47,11 +48,11 @@ void hc_split_sinkhorn(std::span<const float> mix, std::span<const float> scale,
 
   for (size_t i = 0; i < n; ++i) {
     const float z = mix[i] * scale[0] + base[i];
-    pre[i] = 1.0f / (1.0f + std::exp(-z)) + eps;
+    pre[i] = 1.0f / (1.0f + detail::exp_f32(-z)) + eps;
   }
   for (size_t i = 0; i < n; ++i) {
     const float z = mix[n + i] * scale[1] + base[n + i];
-    post[i] = 2.0f / (1.0f + std::exp(-z));
+    post[i] = 2.0f / (1.0f + detail::exp_f32(-z));
   }
 
   // comb[c + n*r] = M[r][c]: row r is contiguous.
@@ -67,7 +68,7 @@ void hc_split_sinkhorn(std::span<const float> mix, std::span<const float> scale,
     }
     float sum = 0.0f;
     for (size_t c = 0; c < n; ++c) {
-      row[c] = std::exp(row[c] - row_max);
+      row[c] = detail::exp_f32(row[c] - row_max);
       sum += row[c];
     }
     const float inv = 1.0f / sum;
@@ -148,9 +149,9 @@ void hc_output_weights(std::span<const float> logits, std::span<const float> sca
     const float z = logits[i] * scale[0] + base[i];
     float s;
     if (z >= 0.0f) {
-      s = 1.0f / (1.0f + std::exp(-z));
+      s = 1.0f / (1.0f + detail::exp_f32(-z));
     } else {
-      const float e = std::exp(z);
+      const float e = detail::exp_f32(z);
       s = e / (1.0f + e);
     }
     w[i] = s + eps;

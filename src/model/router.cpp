@@ -3,13 +3,14 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "model/vector_ops.h"
 
 namespace ds4::model {
 
 float router_softplus(float z) {
   if (z > 20.0f) return z;
-  if (z < -20.0f) return std::exp(z);
-  return std::log1p(std::exp(z));
+  if (z < -20.0f) return detail::exp_f32(z);
+  return detail::log1p_f32(detail::exp_f32(z));
 }
 
 void router_probs(std::span<const float> logits, std::span<float> p) {

@@ -3,9 +3,17 @@
 // independent partial sums (a fixed association, so results do not depend on the ISA).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 
 namespace ds4::model::detail {
+
+/// exp(x) and log1p(x) of a float, evaluated in double and rounded once to float: the correctly
+/// rounded value (but for doubles within ~1e-16 of a float halfway point) and the CUDA kernels'
+/// exp_f / log1p_f exactly, so the two backends round these alike. glibc's expf / log1pf are
+/// within ~0.5 ulp and differ from the correctly rounded value in rare halfway cases.
+inline float exp_f32(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
+inline float log1p_f32(float x) { return static_cast<float>(std::log1p(static_cast<double>(x))); }
 
 /// dot(a, b) over n floats, f32 accumulation in 8 interleaved partial sums (lane i sums
 /// elements i, i+8, i+16, ...), lanes added pairwise at the end, tail added last.
