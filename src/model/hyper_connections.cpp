@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "common/error.h"
+#include "common/f16.h"
 #include "model/vector_ops.h"
 
 namespace ds4::model {
@@ -30,6 +33,39 @@ void hc_from_embedding(std::span<const float> e, size_t n_hc, std::span<float> x
 
 void hc_norm_state(std::span<const float> x_state, std::span<float> out, float eps) {
   rms_norm_unweighted(x_state, out, eps);
+}
+
+void hc_projection(GgmlType type, const uint8_t* w, size_t row_bytes, size_t rows, std::span<const float> flat,
+                   std::span<float> mix) {
+  const size_t cols = flat.size();
+  const size_t wb = type == GgmlType::F32 ? 4 : (type == GgmlType::F16 || type == GgmlType::BF16) ? 2 : 0;
+  if (wb == 0) fail("hc_projection: weight type {} is not F32, F16 or BF16", static_cast<uint32_t>(type));
+  if (row_bytes < cols * wb) fail("hc_projection: rows of {} bytes hold fewer than {} values", row_bytes, cols);
+  if (mix.size() != rows) fail("hc_projection: {} outputs for {} rows", mix.size(), rows);
+  std::vector<float> wv(cols);
+  for (size_t r = 0; r < rows; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    for (size_t i = 0; i < cols; ++i) {  // the row's values as f32 (exact for every type)
+      if (type == GgmlType::F32) {
+        std::memcpy(&wv[i], row + 4 * i, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, row + 2 * i, 2);
+        wv[i] = type == GgmlType::F16 ? f16_to_f32(h) : bf16_to_f32(h);
+      }
+    }
+    float acc[kHcProjChains] = {};
+    for (size_t i0 = 0; i0 < cols; i0 += kHcProjChains) {
+      const size_t n = std::min(kHcProjChains, cols - i0);
+      for (size_t l = 0; l < n; ++l) {
+        const float p = wv[i0 + l] * flat[i0 + l];
+        acc[l] = acc[l] + p;
+      }
+    }
+    for (size_t s = kHcProjChains / 2; s >= 1; s /= 2)
+      for (size_t l = 0; l < s; ++l) acc[l] = acc[l] + acc[l + s];
+    mix[r] = acc[0];
+  }
 }
 
 void hc_split_sinkhorn(std::span<const float> mix, std::span<const float> scale,

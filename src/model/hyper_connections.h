@@ -16,8 +16,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 
+#include "common/ggml_type.h"
 #include "model/norms.h"
 
 namespace ds4::model {
@@ -39,6 +41,20 @@ void hc_from_embedding(std::span<const float> e, size_t n_hc, std::span<float> x
 /// step 1 and §3.6), the input of the W_fn control projection. out may alias x_state.
 /// Throws ds4::Error on size mismatch or empty input.
 void hc_norm_state(std::span<const float> x_state, std::span<float> out, float eps = kRmsEps);
+
+/// Chains of the HC projection's sums (hc_projection): element i of a row goes to chain i mod 64.
+inline constexpr size_t kHcProjChains = 64;
+
+/// The HC control projection mix = W_fn * flat (spec §3.3 step 2, §3.6), `rows` rows of
+/// flat.size() float weights of `type` (F32, F16 or BF16), row r at w + r * row_bytes, in this
+/// summation order (shared with the CUDA kernels, bit for bit): each product w[i] * flat[i] is
+/// rounded to f32 and added to chain i mod kHcProjChains in increasing i, then the chains are
+/// added pairwise by halving (chain l += chain l + s for s = 32, 16, ..., 1); mix[r] is chain 0.
+/// The order is ours (the reference's is its GEMM's): 64 short chains instead of a long one, so
+/// the GPU's decode step is not bound by one sequential chain per row. mix: rows values.
+/// Throws ds4::Error for another weight type, a row shorter than flat, or mix.size() != rows.
+void hc_projection(GgmlType type, const uint8_t* w, size_t row_bytes, size_t rows, std::span<const float> flat,
+                   std::span<float> mix);
 
 /// Splits the projected mixes into pre/post weights and the Sinkhorn-normalised combine
 /// matrix (spec §3.3 steps 3-4), in f32 with the reference's operation order:

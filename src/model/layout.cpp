@@ -23,6 +23,7 @@ std::vector<GgmlType> accepted_types(TensorKind kind) {
       return {T::IQ2_XXS, T::Q2_K, T::Q4_K, T::F32, T::F16, T::Q8_0};
     case TensorKind::Vector: return {T::F32};
     case TensorKind::HashTable: return {T::I32};
+    case TensorKind::HcFn: return {T::F32, T::F16, T::BF16};  // model::hc_projection reads floats
     default: return {T::F32, T::F16, T::BF16, T::Q8_0};
   }
 }

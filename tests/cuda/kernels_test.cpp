@@ -24,6 +24,7 @@
 #include "common/ggml_type.h"
 #include "model/attention.h"
 #include "model/experts.h"
+#include "model/hyper_connections.h"
 #include "model/indexer.h"
 #include "model/kv_quant.h"
 #include "model/norms.h"
@@ -259,7 +260,9 @@ TEST_F(CudaKernels, IndexerRopeQatEqualsRopeThenQat) {
   }
 }
 
-TEST_F(CudaKernels, HcNormMatvecEqualsNormThenVecDot) {
+// The HC norm + projection (one launch) against model::hc_norm_state then model::hc_projection,
+// bit for bit (its 64 chains and tree), for F16, F32 and BF16 rows; then with the hc_pre tail.
+TEST_F(CudaKernels, HcNormMatvecEqualsNormThenProjection) {
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const int64_t rows = 24, cols = 16384;
@@ -276,7 +279,7 @@ TEST_F(CudaKernels, HcNormMatvecEqualsNormThenVecDot) {
     }
     std::vector<float> flat(x.size()), want(static_cast<size_t>(rows));
     model::rms_norm_unweighted(x, flat);
-    for (int64_t r = 0; r < rows; ++r) want[static_cast<size_t>(r)] = quant::vec_dot(type, &w[r * rb], flat.data(), cols);
+    model::hc_projection(type, w.data(), rb, rows, flat, want);
     cuda::DeviceArray<uint8_t> dw(w.size());
     dw.upload(w.data(), w.size());
     cuda::DeviceArray<float> dx(x.size()), dy(static_cast<size_t>(rows));
@@ -344,8 +347,8 @@ TEST_F(CudaKernels, HcNormMatvecEqualsNormThenVecDot) {
 }
 
 // The batched form (a prefill chunk's tokens, several per block) against the same CPU reference
-// per token: 7 tokens (full blocks and a partial one), 24 rows and an odd row count whose last
-// half-warp is padding.
+// per token: 7 tokens (full blocks and a partial one); 24 rows (two groups of 12), 7 rows (one
+// group) and 40 rows (three groups of 14, the last with 12 rows and spare warps).
 TEST_F(CudaKernels, HcNormMatvecBatchEqualsPerTokenReference) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -353,7 +356,7 @@ TEST_F(CudaKernels, HcNormMatvecBatchEqualsPerTokenReference) {
   const int n_tok = 7;
   std::vector<float> x(static_cast<size_t>(cols) * n_tok);
   for (size_t i = 0; i < x.size(); ++i) x[i] = (1.0f + static_cast<float>(i / cols)) * nd(rng);
-  for (const int64_t rows : {int64_t{24}, int64_t{7}}) {
+  for (const int64_t rows : {int64_t{24}, int64_t{7}, int64_t{40}}) {
     for (const GgmlType type : {GgmlType::F16, GgmlType::F32}) {
       SCOPED_TRACE(std::to_string(rows) + " rows, type " + std::to_string(static_cast<int>(type)));
       const size_t rb = static_cast<size_t>(cols) * (type == GgmlType::F32 ? 4 : 2);
@@ -366,8 +369,8 @@ TEST_F(CudaKernels, HcNormMatvecBatchEqualsPerTokenReference) {
       std::vector<float> want(static_cast<size_t>(rows) * n_tok), flat(static_cast<size_t>(cols));
       for (int t = 0; t < n_tok; ++t) {
         model::rms_norm_unweighted({&x[static_cast<size_t>(t * cols)], static_cast<size_t>(cols)}, flat);
-        for (int64_t r = 0; r < rows; ++r)
-          want[static_cast<size_t>(t * rows + r)] = quant::vec_dot(type, &w[r * rb], flat.data(), cols);
+        model::hc_projection(type, w.data(), rb, static_cast<size_t>(rows), flat,
+                             {&want[static_cast<size_t>(t * rows)], static_cast<size_t>(rows)});
       }
       cuda::DeviceArray<uint8_t> dw(w.size());
       dw.upload(w.data(), w.size());

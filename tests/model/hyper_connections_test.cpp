@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/f16.h"
 #include "model_test_util.h"
 
 namespace ds4::model {
@@ -227,6 +228,59 @@ TEST(HyperConnections, BadInputsThrow) {
   std::vector<float> w(4), logits3(3);
   EXPECT_THROW(hc_output_weights(logits3, scale, pre, w), Error);
   EXPECT_THROW(hc_output_weights(pre, none, pre, w), Error);
+}
+
+// hc_projection's order, by hand: element 64 joins chain 0 (1e8 + 1 rounds to 1e8 in f32) before
+// the tree adds chain 1's -1e8, so the row sums to 0; a sum in index order gives 1. The second
+// row's 130 values (two full steps of 64 and two in a third) are i + 1 with weight 1: exact, 8515.
+TEST(HcProjection, SumsInSixtyFourChainsThenAHalvingTree) {
+  const size_t cols = 130;
+  std::vector<float> w(2 * cols, 0.0f), flat(cols, 1.0f), mix(2);
+  w[0] = 1.0e8f;
+  w[1] = -1.0e8f;
+  w[64] = 1.0f;
+  for (size_t i = 0; i < cols; ++i) w[cols + i] = 1.0f;
+  std::vector<float> flat2(cols);
+  for (size_t i = 0; i < cols; ++i) flat2[i] = static_cast<float>(i + 1);
+  hc_projection(GgmlType::F32, reinterpret_cast<const uint8_t*>(w.data()), cols * 4, 1, flat, {mix.data(), 1});
+  EXPECT_EQ(mix[0], 0.0f);
+  hc_projection(GgmlType::F32, reinterpret_cast<const uint8_t*>(w.data() + cols), cols * 4, 1, flat2, {mix.data(), 1});
+  EXPECT_EQ(mix[0], 8515.0f);
+}
+
+// Random rows: within f32 rounding of the float64 dot; F16 and BF16 rows give exactly what F32
+// rows holding their decoded values give; bad arguments are errors.
+TEST(HcProjection, MatchesFloat64AndDecodesEveryFloatType) {
+  const size_t rows = 24, cols = 1024;
+  const std::vector<float> flat = random_vector(cols, 3);
+  std::vector<uint16_t> h16(rows * cols), hb(rows * cols);
+  std::vector<float> f32(rows * cols), f32b(rows * cols);
+  const std::vector<float> src = random_vector(rows * cols, 4, -0.05f, 0.05f);
+  for (size_t i = 0; i < src.size(); ++i) {
+    h16[i] = f32_to_f16(src[i]);
+    f32[i] = f16_to_f32(h16[i]);
+    hb[i] = f32_to_bf16(src[i]);
+    f32b[i] = bf16_to_f32(hb[i]);
+  }
+  std::vector<float> a(rows), b(rows), c(rows), d(rows);
+  hc_projection(GgmlType::F16, reinterpret_cast<const uint8_t*>(h16.data()), cols * 2, rows, flat, a);
+  hc_projection(GgmlType::F32, reinterpret_cast<const uint8_t*>(f32.data()), cols * 4, rows, flat, b);
+  hc_projection(GgmlType::BF16, reinterpret_cast<const uint8_t*>(hb.data()), cols * 2, rows, flat, c);
+  hc_projection(GgmlType::F32, reinterpret_cast<const uint8_t*>(f32b.data()), cols * 4, rows, flat, d);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(c, d);
+  for (size_t r = 0; r < rows; ++r) {
+    double ref = 0.0, mag = 0.0;
+    for (size_t i = 0; i < cols; ++i) {
+      ref += static_cast<double>(f32[r * cols + i]) * flat[i];
+      mag += std::fabs(static_cast<double>(f32[r * cols + i]) * flat[i]);
+    }
+    EXPECT_NEAR(b[r], ref, 1e-6 * mag) << r;
+  }
+  const uint8_t* raw = reinterpret_cast<const uint8_t*>(f32.data());
+  EXPECT_THROW(hc_projection(GgmlType::Q8_0, raw, cols * 4, rows, flat, b), Error);
+  EXPECT_THROW(hc_projection(GgmlType::F32, raw, cols * 4 - 4, rows, flat, b), Error);
+  EXPECT_THROW(hc_projection(GgmlType::F32, raw, cols * 4, rows, flat, {b.data(), rows - 1}), Error);
 }
 
 }  // namespace

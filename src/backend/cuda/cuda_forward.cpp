@@ -389,10 +389,13 @@ void CudaForward::launch_step(bool indexer_on, bool logits) {
 
 void CudaForward::hc_norm_mv(const DevMatrix& fn, const float* x, float* out) {
   const int64_t n = static_cast<int64_t>(c_.hc_dim());
-  if (!hc_norm_matvec(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x, c_.rms_eps, out)) {
-    rms_norm(x, nullptr, flat_.get(), n, 1, c_.rms_eps);
-    mv(fn, flat_.get(), out);
-  }
+  // Rows too long for hc_norm_matvec's shared memory: the batched kernels for one token (flat_
+  // holds its scale). A generic matvec would sum in another order than model::hc_projection.
+  if (hc_norm_matvec(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x, c_.rms_eps, out) ||
+      hc_norm_matvec_batch(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x, c_.rms_eps, flat_.get(), out, 1))
+    return;
+  fail("CUDA: the HC projection's {} x {} matrix (ggml type {}) is not supported on the GPU (F32/F16/BF16 "
+       "rows of a multiple of 16 values)", fn.rows, n, fn.type);
 }
 
 void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,

@@ -226,7 +226,7 @@ void CudaForward::batch_hc_norm_mv(const DevMatrix& fn, const float* x, int n, f
   if (hc_norm_matvec_batch(fn.type, fn.data, fn.row_bytes, fn.rows, fn.cols, x, c_.rms_eps,
                            batch_->hc_scale.get(), out, n))
     return;
-  for (int t = 0; t < n; ++t) hc_norm_mv(fn, x + t * hc, out + t * fn.rows);  // the decode step's fallback
+  for (int t = 0; t < n; ++t) hc_norm_mv(fn, x + t * hc, out + t * fn.rows);  // fails with the reason
 }
 
 void CudaForward::batch_attention(uint32_t il, int64_t pos0, int n) {

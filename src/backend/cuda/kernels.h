@@ -210,9 +210,10 @@ void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_
                  float* post, float* comb, int n_tok = 1);
 
 /// mix [rows] = W · rms_norm_unweighted(x [cols], eps) for an F32/F16/BF16 matrix (type, data
-/// w, row_bytes per row; model::hc_pre's norm + projection, the same values as rms_norm then
-/// matvec), one launch. Returns false (nothing launched) for other types, unaligned pointers or
-/// rows too long for shared memory; the caller then uses rms_norm + matvec. With `pre` (its
+/// w, row_bytes per row; model::hc_norm_state then model::hc_projection, bit for bit: its 64
+/// chains and tree), one launch. Returns false (nothing launched) for other types, unaligned
+/// pointers, cols not a multiple of 16 or rows too long for shared memory; the caller then uses
+/// hc_norm_matvec_batch (a generic matvec sums in another order). With `pre` (its
 /// ticket set), the launch's last block also runs hc_pre_weights on y (mix) with those arguments,
 /// the same values as a separate hc_pre_weights launch (one launch less per sublayer).
 bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
@@ -220,8 +221,8 @@ bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t r
 
 /// hc_norm_matvec of n_tok tokens (x [n_tok][cols] -> y [n_tok][rows]), bit-identical to n_tok
 /// single calls, in two launches: each token's rms scale into scales [n_tok] (device scratch),
-/// then every (row, lane chain) of kChainTokens tokens per block. Returns false (nothing
-/// launched) where hc_norm_matvec would, or for more than 64 rows.
+/// then every (row, chain) of kChainTokens tokens per block. Returns false (nothing launched) for
+/// other types, unaligned pointers or cols not a multiple of 16 (any row length fits).
 bool hc_norm_matvec_batch(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                           const float* x, float eps, float* scales, float* y, int n_tok);
 

@@ -15,6 +15,7 @@ namespace ds4::cuda {
 namespace {
 
 constexpr int kMaxHc = 5;  // hyper-connection streams: the Sinkhorn matrix fits one warp (n*n <= 32)
+constexpr int kHcChains = 64;  // model::kHcProjChains: the projection's sum chains, two warps
 
 // The HC split's post weights and Sinkhorn combine matrix (model::hc_split_sinkhorn), one warp:
 // the n x n matrix lives in registers (lane r*n + c holds entry (r, c); n <= kMaxHc), every row
@@ -138,11 +139,12 @@ __global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, HcPreArg
   hc_pre_block(mix, a);
 }
 
-// HC projection with its input norm (rms_norm_unweighted then a float-matrix vec_dot), one block
+// HC projection with its input norm (rms_norm_unweighted then model::hc_projection), one block
 // per output row: the block stages x and the row in shared memory (cp.async), takes the f64 sum
-// of squares, forms every product w[i] * (x[i] * s), then lanes 0..15 of warp 0 add them in
-// quant::ref's 16 lane chains (element i into lane i mod 16) and its tree. 24-row HC matrices thereby cost one
-// launch and ~2 shared-memory passes instead of a norm launch and a 3-block matvec. With
+// of squares, forms every product w[i] * (x[i] * s), then threads 0..63 add them in
+// hc_projection's 64 chains (element i into chain i mod 64) and its halving tree. 24-row HC
+// matrices thereby cost one launch and ~2 shared-memory passes instead of a norm launch and a
+// 3-block matvec. With
 // tail.ticket set, the last block to finish (last_block_done) runs hc_pre_block on y, so the
 // HC pre weights need no launch of their own.
 template <uint32_t kType>  // ggml type: F32 (0), F16 (1), BF16 (30)
@@ -150,6 +152,20 @@ __device__ float load_float_w(const uint8_t* w, int64_t i) {
   if constexpr (kType == 0) return reinterpret_cast<const float*>(w)[i];
   else if constexpr (kType == 1) return __half2float(__ushort_as_half(reinterpret_cast<const uint16_t*>(w)[i]));
   else return __uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(w)[i]) << 16);  // BF16
+}
+
+// model::hc_projection's halving tree over the 64 chains held by threads 0..63 of the block
+// (chain c in thread c; the whole block calls it): s = 32 through shared memory, then s = 16 .. 1
+// by shuffles in warp 0. The row's value, valid in thread 0.
+__device__ float hc_chain_tree(float a) {
+  __shared__ float hi[32];
+  if (threadIdx.x >= 32 && threadIdx.x < kHcChains) hi[threadIdx.x - 32] = a;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    a = a + hi[threadIdx.x];
+    for (int off = 16; off >= 1; off >>= 1) a = a + __shfl_down_sync(0xffffffffu, a, off);
+  }
+  return a;
 }
 
 template <uint32_t kType>
@@ -174,45 +190,45 @@ __global__ void __launch_bounds__(1024) hc_norm_matvec_kernel(const uint8_t* w, 
   // the 16 lane chains below are sequential.
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) v[i] = load_float_w<kType>(wrow, i) * (v[i] * sc);
   __syncthreads();
-  const int lane = threadIdx.x;  // warp 0 only below; the other warps wait at the ticket
+  // Chain c (threads 0..63, warps 0-1) in steps of 8 products, the next step's loads issued
+  // before this step's adds so the sequential adds do not wait a shared-memory round trip each.
+  const int c = threadIdx.x;
   float a = 0.0f;
-  if (lane < 16) {
-    // Steps of 8 products per chain, the next step's loads issued before this step's adds so
-    // the sequential adds do not wait a shared-memory round trip per step.
-    const int64_t full = cols / 128 * 128;
-    int64_t i = lane;
+  if (c < kHcChains) {
+    constexpr int kStep = 8 * kHcChains;
+    const int64_t full = cols / kStep * kStep;
+    int64_t i = c;
     float p[8], pn[8] = {};
 #pragma unroll
-    for (int u = 0; u < 8; ++u) p[u] = full > 0 ? v[i + 16 * u] : 0.0f;
-    for (; i < full; i += 128) {
-      if (i + 128 < full) {
+    for (int u = 0; u < 8; ++u) p[u] = full > 0 ? v[i + kHcChains * u] : 0.0f;
+    for (; i < full; i += kStep) {
+      if (i + kStep < full) {
 #pragma unroll
-        for (int u = 0; u < 8; ++u) pn[u] = v[i + 128 + 16 * u];
+        for (int u = 0; u < 8; ++u) pn[u] = v[i + kStep + kHcChains * u];
       }
 #pragma unroll
       for (int u = 0; u < 8; ++u) a = a + p[u];
 #pragma unroll
       for (int u = 0; u < 8; ++u) p[u] = pn[u];
     }
-    for (; i < cols; i += 16) a = a + v[i];
+    for (; i < cols; i += kHcChains) a = a + v[i];
   }
-  if (threadIdx.x < 32) {
-    for (int off = 8; off >= 1; off >>= 1) a = a + __shfl_down_sync(0xffffffffu, a, off);
-    if (lane == 0) y[blockIdx.x] = a;
-  }
+  const float out = hc_chain_tree(a);
+  if (threadIdx.x == 0) y[blockIdx.x] = out;
   if (tail.ticket && last_block_done(tail.ticket, gridDim.x)) hc_pre_block(y, tail);  // uniform
 }
 
 // The batched form of hc_norm_matvec_kernel, in two launches. hc_row_scale_kernel: one
 // 1024-thread block per token takes its rms scale exactly as hc_norm_matvec_kernel does (same
 // partition of the f64 sum of squares). hc_chain_matvec_kernel: thread (row r, chain c) of a
-// block runs lane chain c of row r for kChainTokens tokens at once, over column tiles of
-// kChainCols staged in shared memory (cp.async: the tokens' x and every row of the matrix, rows
-// padded by 64 bytes so the two rows a warp reads sit 16 banks apart), instead of one block per
-// (row, token) staging the whole token and row for a single warp's chains.
+// block (rows_per_block rows of group blockIdx.y, two warps per row) runs chain c of row r
+// (model::hc_projection's order) for kChainTokens tokens at once, over column tiles of
+// kChainCols staged in shared memory (cp.async: the tokens' x and the block's rows of the
+// matrix, rows padded by 64 bytes), then hc_projection's halving tree per (row, token).
 constexpr int kChainTokens = 2;  // 2: 222 us per 512-token call at flash's 24 x 16384, 4: 311, 8: 384
-constexpr int kChainCols = 512;
+constexpr int kChainCols = 512;  // a multiple of kHcChains: a tile's column i is chain i mod 64
 constexpr int kChainRowPad = 64;  // bytes
+constexpr int kChainRowsMax = 1024 / kHcChains;  // rows per block
 
 __global__ void __launch_bounds__(1024) hc_row_scale_kernel(const float* x, int64_t cols, float eps, float* scales) {
   pdl_wait();
@@ -222,20 +238,23 @@ __global__ void __launch_bounds__(1024) hc_row_scale_kernel(const float* x, int6
 }
 
 template <uint32_t kType>
-__global__ void hc_chain_matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t rows, int64_t cols,
-                                       const float* __restrict__ x, const float* __restrict__ scales,
-                                       float* __restrict__ y, int n_tok) {
+__global__ void __launch_bounds__(1024) hc_chain_matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
+                                                               int64_t rows, int64_t cols, const float* __restrict__ x,
+                                                               const float* __restrict__ scales, float* __restrict__ y,
+                                                               int n_tok, int rows_per_block) {
   pdl_wait();
   pdl_trigger();
   constexpr int64_t kWb = kType == 0 ? 4 : 2;
   constexpr int64_t kStride = kChainCols * kWb + kChainRowPad;  // bytes per staged row
   extern __shared__ __align__(16) uint8_t chain_smem[];
+  __shared__ float hi[kChainRowsMax * 32];  // the tree's first level: chains 32..63 of each row
   float* xs = reinterpret_cast<float*>(chain_smem);  // [kChainTokens][kChainCols]
-  uint8_t* ws = chain_smem + kChainTokens * kChainCols * 4;  // [rows][kStride]
+  uint8_t* ws = chain_smem + kChainTokens * kChainCols * 4;  // [rows_per_block][kStride]
   const int t0 = blockIdx.x * kChainTokens;
-  const int64_t r = threadIdx.x / 16;
-  const int c = threadIdx.x % 16;
-  const bool live = r < rows;  // padding half-warps still take part in the shuffles
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_block;
+  const int64_t nr = rows - r0 < rows_per_block ? rows - r0 : rows_per_block;  // this block's rows
+  const int rl = threadIdx.x / kHcChains, c = threadIdx.x % kHcChains;
+  const bool live = rl < nr;  // the last group's spare warps still take part in the barriers
   float sc[kChainTokens], a[kChainTokens];
 #pragma unroll
   for (int j = 0; j < kChainTokens; ++j) {
@@ -250,15 +269,16 @@ __global__ void hc_chain_matvec_kernel(const uint8_t* __restrict__ w, size_t row
       const int j = k / xq, t = t0 + j < n_tok ? t0 + j : t0;
       cp_async16(xs + j * kChainCols + 4 * (k % xq), x + t * cols + col0 + 4 * (k % xq));
     }
-    for (int64_t k = threadIdx.x; k < rows * wq; k += blockDim.x)
-      cp_async16(ws + (k / wq) * kStride + 16 * (k % wq), w + (k / wq) * row_bytes + col0 * kWb + 16 * (k % wq));
+    for (int64_t k = threadIdx.x; k < nr * wq; k += blockDim.x)
+      cp_async16(ws + (k / wq) * kStride + 16 * (k % wq),
+                 w + (r0 + k / wq) * row_bytes + col0 * kWb + 16 * (k % wq));
     cp_async_wait();
     __syncthreads();
     if (live) {
-      // Lane chain c adds w[i] * (x[i] * s) for i = c, c + 16, ... in order (quant::ref's 16 chains).
-      const uint8_t* wr = ws + r * kStride;
+      // Chain c adds w[i] * (x[i] * s) for i = c, c + 64, ... in order (col0 is a multiple of 64).
+      const uint8_t* wr = ws + rl * kStride;
 #pragma unroll 4
-      for (int i = c; i < nc; i += 16) {
+      for (int i = c; i < nc; i += kHcChains) {
         const float wv = load_float_w<kType>(wr, i);
 #pragma unroll
         for (int j = 0; j < kChainTokens; ++j) a[j] = a[j] + wv * (xs[j * kChainCols + i] * sc[j]);
@@ -266,11 +286,15 @@ __global__ void hc_chain_matvec_kernel(const uint8_t* __restrict__ w, size_t row
     }
   }
 #pragma unroll
-  for (int j = 0; j < kChainTokens; ++j) {
-    float v = a[j];
-    // quant::ref's tree over the 16 chains, within this half-warp (lane c + off stays in it for c < off).
-    for (int off = 8; off >= 1; off >>= 1) v = v + __shfl_down_sync(0xffffffffu, v, off);
-    if (live && c == 0 && t0 + j < n_tok) y[static_cast<int64_t>(t0 + j) * rows + r] = v;
+  for (int j = 0; j < kChainTokens; ++j) {  // hc_chain_tree per row: s = 32 via hi, then warp 2 rl
+    __syncthreads();  // hi's previous token is consumed
+    if (live && c >= 32) hi[rl * 32 + c - 32] = a[j];
+    __syncthreads();
+    if (c < 32) {
+      float v = a[j] + (live ? hi[rl * 32 + c] : 0.0f);
+      for (int off = 16; off >= 1; off >>= 1) v = v + __shfl_down_sync(0xffffffffu, v, off);
+      if (live && c == 0 && t0 + j < n_tok) y[static_cast<int64_t>(t0 + j) * rows + r0 + rl] = v;
+    }
   }
 }
 
@@ -360,15 +384,18 @@ bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t r
 
 bool hc_norm_matvec_batch(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                           const float* x, float eps, float* scales, float* y, int n_tok) {
-  if (!hc_norm_matvec_fits(type, row_bytes, rows, cols, w, x, 0) || rows > 64 || n_tok <= 0) return false;
+  if (!hc_norm_matvec_fits(type, row_bytes, rows, cols, w, x, 0) || n_tok <= 0) return false;
   launch_k(hc_row_scale_kernel, static_cast<unsigned>(n_tok), 1024, 0, x, cols, eps, scales);
-  const auto grid = static_cast<unsigned>((n_tok + kChainTokens - 1) / kChainTokens);
-  const auto threads = static_cast<unsigned>((rows * 16 + 31) / 32 * 32);
+  // Row groups of at most kChainRowsMax rows, as even as the count allows (24 rows: 2 x 12).
+  const int64_t groups = (rows + kChainRowsMax - 1) / kChainRowsMax;
+  const int per = static_cast<int>((rows + groups - 1) / groups);
+  const dim3 grid(static_cast<unsigned>((n_tok + kChainTokens - 1) / kChainTokens), static_cast<unsigned>(groups));
+  const auto threads = static_cast<unsigned>(per * kHcChains);
   const size_t wb = type == 0 ? 4 : 2;
-  const size_t smem = kChainTokens * kChainCols * 4 + static_cast<size_t>(rows) * (kChainCols * wb + kChainRowPad);
+  const size_t smem = kChainTokens * kChainCols * 4 + static_cast<size_t>(per) * (kChainCols * wb + kChainRowPad);
   auto go = [&](auto kernel) {
     allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
-    launch_k(kernel, grid, threads, smem, w, row_bytes, rows, cols, x, scales, y, n_tok);
+    launch_k(kernel, grid, threads, smem, w, row_bytes, rows, cols, x, scales, y, n_tok, per);
   };
   if (type == 0) go(hc_chain_matvec_kernel<0>);
   else if (type == 1) go(hc_chain_matvec_kernel<1>);
