@@ -199,41 +199,52 @@ __device__ float e2m1_round_abs(float ax) {
          2.0f * static_cast<float>(ax > 5.0f);
 }
 
+// One block's round trip at the scale its largest |x| sets (model::kv_quant round_trip_block): the
+// floored amax / qmax's power-of-two scale, then per value the E4M3 (FP8) or E2M1 (FP4) rounding
+// of |x| / scale, saturated at qmax, signed and scaled back.
+template <bool kFp8>
+struct RoundTrip {
+  static constexpr float kQmax = kFp8 ? 448.0f : 6.0f;
+  float scale, inv_scale;
+  __device__ explicit RoundTrip(float amax) {
+    const float floor_v = kFp8 ? 1.0e-4f : 7.052966104933725e-38f;
+    if (amax < floor_v) amax = floor_v;
+    const int e = ceil_log2(amax / kQmax);
+    scale = ldexpf(1.0f, e);
+    inv_scale = ldexpf(1.0f, -e);
+  }
+  __device__ float operator()(float x) const {
+    const float v = x * inv_scale;
+    const int32_t q_bits = __float_as_int(kFp8 ? e4m3_round_abs(fabsf(v)) : e2m1_round_abs(fabsf(v)));
+    const int32_t qmax_bits = __float_as_int(kQmax);
+    const uint32_t q = static_cast<uint32_t>(q_bits < qmax_bits ? q_bits : qmax_bits);
+    const uint32_t sign = v < 0.0f ? 0x80000000u : 0u;
+    return __uint_as_float(q | sign) * scale;
+  }
+};
+
+// RoundTrip over x[0, n) by one thread.
 template <bool kFp8>
 __device__ void round_trip_block(float* x, int64_t n) {
-  const float floor_v = kFp8 ? 1.0e-4f : 7.052966104933725e-38f;
-  const float qmax = kFp8 ? 448.0f : 6.0f;
   float amax = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
     const float av = fabsf(x[i]);
     amax = av > amax ? av : amax;
   }
-  if (amax < floor_v) amax = floor_v;
-  const int e = ceil_log2(amax / qmax);
-  const float scale = ldexpf(1.0f, e);
-  const float inv_scale = ldexpf(1.0f, -e);
-  const int32_t qmax_bits = __float_as_int(qmax);
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i] * inv_scale;
-    const int32_t q_bits = __float_as_int(kFp8 ? e4m3_round_abs(fabsf(v)) : e2m1_round_abs(fabsf(v)));
-    const uint32_t q = static_cast<uint32_t>(q_bits < qmax_bits ? q_bits : qmax_bits);
-    const uint32_t sign = v < 0.0f ? 0x80000000u : 0u;
-    x[i] = __uint_as_float(q | sign) * scale;
-  }
+  const RoundTrip<kFp8> rt(amax);
+  for (int64_t i = 0; i < n; ++i) x[i] = rt(x[i]);
 }
 
-// round_trip_block<kFp8> of the consecutive blocks of `blk` values of x[0, n) (the last one
+// RoundTrip of the consecutive blocks of `blk` values of x[0, n) (the last one
 // shorter when blk does not divide n), by the whole block's warps: warp w takes blocks w, w +
 // warps, ..., lane l the block's values l, l + 32, ...; the block's largest |x| by shuffles (the
 // serial scan's "larger replaces", which never takes a NaN, is a max over the other values: any
-// order gives it), then each value's own rounding. round_trip_block's values exactly, with one
+// order gives it), then each value's own rounding: round_trip_block's values exactly, with one
 // memory round trip per value instead of a serial chain through the block. The whole block calls
 // it; x's values are written by earlier code of the block before a barrier, and read after the
 // next one.
 template <bool kFp8>
 __device__ void block_round_trip(float* x, int64_t n, int blk) {
-  const float floor_v = kFp8 ? 1.0e-4f : 7.052966104933725e-38f;
-  const float qmax = kFp8 ? 448.0f : 6.0f;
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, warps = blockDim.x / 32;
   for (int64_t b0 = static_cast<int64_t>(warp) * blk; b0 < n; b0 += static_cast<int64_t>(warps) * blk) {
     float* xb = x + b0;
@@ -247,18 +258,8 @@ __device__ void block_round_trip(float* x, int64_t n, int blk) {
       const float o = __shfl_xor_sync(0xffffffffu, amax, off);
       amax = o > amax ? o : amax;
     }
-    if (amax < floor_v) amax = floor_v;
-    const int e = ceil_log2(amax / qmax);
-    const float scale = ldexpf(1.0f, e);
-    const float inv_scale = ldexpf(1.0f, -e);
-    const int32_t qmax_bits = __float_as_int(qmax);
-    for (int i = lane; i < m; i += 32) {
-      const float v = xb[i] * inv_scale;
-      const int32_t q_bits = __float_as_int(kFp8 ? e4m3_round_abs(fabsf(v)) : e2m1_round_abs(fabsf(v)));
-      const uint32_t q = static_cast<uint32_t>(q_bits < qmax_bits ? q_bits : qmax_bits);
-      const uint32_t sign = v < 0.0f ? 0x80000000u : 0u;
-      xb[i] = __uint_as_float(q | sign) * scale;
-    }
+    const RoundTrip<kFp8> rt(amax);
+    for (int i = lane; i < m; i += 32) xb[i] = rt(xb[i]);
   }
 }
 

@@ -115,13 +115,27 @@ __device__ void hc_pre_block(const float* mix, const HcPreArgs& a) {
   }
   if (!a.norm_w) return;  // uniform: the whole block returns
   const float sc = block_rms_from_partial(acc, d, a.norm_eps);
+  float hv[kSumRegs];
 #pragma unroll
   for (int k = 0; k < kSumRegs; ++k) {
     const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
-    if (i < d) a.h[i] = o[k] * sc * wv[k];
+    hv[k] = o[k] * sc * wv[k];
+    if (i < d) a.h[i] = hv[k];
   }
+  // The Q8_0 blocks from registers: value k of lane l of warp w is element k * blockDim.x + 32 w
+  // + l, so each warp holds whole blocks (blockDim.x is a multiple of 32; h_q8_0 is set only for
+  // d % 32 == 0), quantized as block_quantize_row would after reading them back.
+  if (a.h_q8_0) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int k = 0; k < kSumRegs; ++k) {
+      const int64_t i0 = k * static_cast<int64_t>(blockDim.x) + (threadIdx.x - lane);  // warp-uniform
+      if (i0 < d) quantize_q8_0_block(hv[k], lane, reinterpret_cast<BQ8_0Act*>(a.h_q8_0) + i0 / 32);
+    }
+  }
+  if (!a.h_q8_k) return;  // uniform
   __syncthreads();
-  block_quantize_row(a.h, d, a.h_q8_0, a.h_q8_k);
+  block_quantize_row(a.h, d, nullptr, a.h_q8_k);
 }
 
 // hc_pre_block for token blockIdx.x of a batch.
