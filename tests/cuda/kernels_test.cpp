@@ -347,41 +347,45 @@ TEST_F(CudaKernels, HcNormMatvecEqualsNormThenProjection) {
 }
 
 // The batched form (a prefill chunk's tokens, several per block) against the same CPU reference
-// per token: 7 tokens (full blocks and a partial one); 24 rows (two groups of 12), 7 rows (one
-// group) and 40 rows (three groups of 14, the last with 12 rows and spare warps).
+// per token: 11 tokens (a full block of 8 and a partial one); 24 rows (one group of 24 warps), 7 rows
+// and 40 rows (two groups of 20); 4096 columns (whole tiles) and 1104 (a partial last tile, not a
+// multiple of the 64 chains); each weight type.
 TEST_F(CudaKernels, HcNormMatvecBatchEqualsPerTokenReference) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int64_t cols = 4096;
-  const int n_tok = 7;
-  std::vector<float> x(static_cast<size_t>(cols) * n_tok);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = (1.0f + static_cast<float>(i / cols)) * nd(rng);
-  for (const int64_t rows : {int64_t{24}, int64_t{7}, int64_t{40}}) {
-    for (const GgmlType type : {GgmlType::F16, GgmlType::F32}) {
-      SCOPED_TRACE(std::to_string(rows) + " rows, type " + std::to_string(static_cast<int>(type)));
-      const size_t rb = static_cast<size_t>(cols) * (type == GgmlType::F32 ? 4 : 2);
-      std::vector<uint8_t> w(rb * rows);
-      for (int64_t i = 0; i < rows * cols; ++i) {
-        const float v = 0.05f * nd(rng);
-        if (type == GgmlType::F32) reinterpret_cast<float*>(w.data())[i] = v;
-        else reinterpret_cast<uint16_t*>(w.data())[i] = f32_to_f16(v);
+  const int n_tok = 11;
+  for (const int64_t cols : {int64_t{4096}, int64_t{1104}}) {
+    std::vector<float> x(static_cast<size_t>(cols) * n_tok);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = (1.0f + static_cast<float>(i / cols)) * nd(rng);
+    for (const int64_t rows : {int64_t{24}, int64_t{7}, int64_t{40}}) {
+      for (const GgmlType type : {GgmlType::F16, GgmlType::F32, GgmlType::BF16}) {
+        SCOPED_TRACE(std::to_string(cols) + " cols, " + std::to_string(rows) + " rows, type " +
+                     std::to_string(static_cast<int>(type)));
+        const size_t rb = static_cast<size_t>(cols) * (type == GgmlType::F32 ? 4 : 2);
+        std::vector<uint8_t> w(rb * rows);
+        for (int64_t i = 0; i < rows * cols; ++i) {
+          const float v = 0.05f * nd(rng);
+          if (type == GgmlType::F32) reinterpret_cast<float*>(w.data())[i] = v;
+          else if (type == GgmlType::F16) reinterpret_cast<uint16_t*>(w.data())[i] = f32_to_f16(v);
+          else reinterpret_cast<uint16_t*>(w.data())[i] = f32_to_bf16(v);
+        }
+        std::vector<float> want(static_cast<size_t>(rows) * n_tok), flat(static_cast<size_t>(cols));
+        for (int t = 0; t < n_tok; ++t) {
+          model::rms_norm_unweighted({&x[static_cast<size_t>(t * cols)], static_cast<size_t>(cols)}, flat);
+          model::hc_projection(type, w.data(), rb, static_cast<size_t>(rows), flat,
+                               {&want[static_cast<size_t>(t * rows)], static_cast<size_t>(rows)});
+        }
+        cuda::DeviceArray<uint8_t> dw(w.size());
+        dw.upload(w.data(), w.size());
+        cuda::DeviceArray<float> dx(x.size()), dy(want.size()), ds(static_cast<size_t>(n_tok));
+        dx.upload(x.data(), x.size());
+        ASSERT_TRUE(cuda::hc_norm_matvec_batch(static_cast<uint32_t>(type), dw.get(), rb, rows, cols, dx.get(),
+                                               model::kRmsEps, ds.get(), dy.get(), n_tok));
+        cuda::check(cudaDeviceSynchronize(), "hc_norm_matvec_batch");
+        std::vector<float> got(want.size());
+        dy.download(got.data(), got.size());
+        EXPECT_EQ(got, want);
       }
-      std::vector<float> want(static_cast<size_t>(rows) * n_tok), flat(static_cast<size_t>(cols));
-      for (int t = 0; t < n_tok; ++t) {
-        model::rms_norm_unweighted({&x[static_cast<size_t>(t * cols)], static_cast<size_t>(cols)}, flat);
-        model::hc_projection(type, w.data(), rb, static_cast<size_t>(rows), flat,
-                             {&want[static_cast<size_t>(t * rows)], static_cast<size_t>(rows)});
-      }
-      cuda::DeviceArray<uint8_t> dw(w.size());
-      dw.upload(w.data(), w.size());
-      cuda::DeviceArray<float> dx(x.size()), dy(want.size()), ds(static_cast<size_t>(n_tok));
-      dx.upload(x.data(), x.size());
-      ASSERT_TRUE(cuda::hc_norm_matvec_batch(static_cast<uint32_t>(type), dw.get(), rb, rows, cols, dx.get(),
-                                             model::kRmsEps, ds.get(), dy.get(), n_tok));
-      cuda::check(cudaDeviceSynchronize(), "hc_norm_matvec_batch");
-      std::vector<float> got(want.size());
-      dy.download(got.data(), got.size());
-      EXPECT_EQ(got, want);
     }
   }
 }

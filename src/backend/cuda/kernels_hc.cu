@@ -234,15 +234,19 @@ __global__ void __launch_bounds__(1024) hc_norm_matvec_kernel(const uint8_t* w, 
 
 // The batched form of hc_norm_matvec_kernel, in two launches. hc_row_scale_kernel: one
 // 1024-thread block per token takes its rms scale exactly as hc_norm_matvec_kernel does (same
-// partition of the f64 sum of squares). hc_chain_matvec_kernel: thread (row r, chain c) of a
-// block (rows_per_block rows of group blockIdx.y, two warps per row) runs chain c of row r
-// (model::hc_projection's order) for kChainTokens tokens at once, over column tiles of
-// kChainCols staged in shared memory (cp.async: the tokens' x and the block's rows of the
-// matrix, rows padded by 64 bytes), then hc_projection's halving tree per (row, token).
-constexpr int kChainTokens = 2;  // 2: 222 us per 512-token call at flash's 24 x 16384, 4: 311, 8: 384
+// partition of the f64 sum of squares). hc_chain_matvec_kernel: a warp per row of the matrix
+// (up to 32 rows per block, so flash's 24 rows share one staging of x) and kTok tokens per
+// block; lane l runs chains 2l and 2l + 1 of model::hc_projection (adjacent columns: one 4- or
+// 8-byte weight load per 64 columns, straight from global into registers, the next tile's
+// issued before this tile's adds) for every token at once. The tokens' x tiles of kChainCols
+// columns are double-buffered in shared memory by cp.async. hc_projection's halving tree is
+// then five shuffles per chain and the pair's sum: at level s chain c = 2l meets chain c + s,
+// which lane l + s / 2 holds.
 constexpr int kChainCols = 512;  // a multiple of kHcChains: a tile's column i is chain i mod 64
-constexpr int kChainRowPad = 64;  // bytes
-constexpr int kChainRowsMax = 1024 / kHcChains;  // rows per block
+constexpr int kChainSteps = kChainCols / kHcChains;  // column pairs per lane per tile
+// Tokens per block: prefill at 2K / 8K measured 2,686 / 1,970 tok/s with 2, 2,740 / 1,998 with
+// 4, 2,766 / 2,012 with 8 (flash's 24 x 16384 F16 matrix, 512-token chunks).
+constexpr int kHcBatchTokens = 8;
 
 __global__ void __launch_bounds__(1024) hc_row_scale_kernel(const float* x, int64_t cols, float eps, float* scales) {
   pdl_wait();
@@ -251,64 +255,87 @@ __global__ void __launch_bounds__(1024) hc_row_scale_kernel(const float* x, int6
   if (threadIdx.x == 0) scales[blockIdx.x] = s;
 }
 
+// Values i and i + 1 (i even) of a weight row of kType (0 F32, 1 F16, 30 BF16) as f32.
 template <uint32_t kType>
+__device__ float2 load_float_w2(const uint8_t* w, int64_t i) {
+  if constexpr (kType == 0) return reinterpret_cast<const float2*>(w)[i / 2];
+  const uint32_t u = reinterpret_cast<const uint32_t*>(w)[i / 2];
+  if constexpr (kType == 1) return __half22float2(*reinterpret_cast<const __half2*>(&u));
+  else return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));  // BF16
+}
+
+template <uint32_t kType, int kTok>
 __global__ void __launch_bounds__(1024) hc_chain_matvec_kernel(const uint8_t* __restrict__ w, size_t row_bytes,
                                                                int64_t rows, int64_t cols, const float* __restrict__ x,
                                                                const float* __restrict__ scales, float* __restrict__ y,
                                                                int n_tok, int rows_per_block) {
   pdl_wait();
   pdl_trigger();
-  constexpr int64_t kWb = kType == 0 ? 4 : 2;
-  constexpr int64_t kStride = kChainCols * kWb + kChainRowPad;  // bytes per staged row
-  extern __shared__ __align__(16) uint8_t chain_smem[];
-  __shared__ float hi[kChainRowsMax * 32];  // the tree's first level: chains 32..63 of each row
-  float* xs = reinterpret_cast<float*>(chain_smem);  // [kChainTokens][kChainCols]
-  uint8_t* ws = chain_smem + kChainTokens * kChainCols * 4;  // [rows_per_block][kStride]
-  const int t0 = blockIdx.x * kChainTokens;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_block;
-  const int64_t nr = rows - r0 < rows_per_block ? rows - r0 : rows_per_block;  // this block's rows
-  const int rl = threadIdx.x / kHcChains, c = threadIdx.x % kHcChains;
-  const bool live = rl < nr;  // the last group's spare warps still take part in the barriers
-  float sc[kChainTokens], a[kChainTokens];
+  extern __shared__ __align__(16) float xs[];  // [2 buffers][kTok][kChainCols]
+  const int t0 = blockIdx.x * kTok, lane = threadIdx.x & 31;
+  const int64_t r = static_cast<int64_t>(blockIdx.y) * rows_per_block + threadIdx.x / 32;
+  const bool live = r < rows;  // a warp-uniform: spare warps still take part in the barriers
+  const uint8_t* wr = w + (live ? r : 0) * row_bytes;
+  float sc[kTok], a0[kTok], a1[kTok];  // a0: chain 2 lane, a1: chain 2 lane + 1
 #pragma unroll
-  for (int j = 0; j < kChainTokens; ++j) {
+  for (int j = 0; j < kTok; ++j) {
     sc[j] = scales[t0 + j < n_tok ? t0 + j : t0];  // tokens past n_tok repeat t0 and are not stored
-    a[j] = 0.0f;
+    a0[j] = a1[j] = 0.0f;
   }
-  for (int64_t col0 = 0; col0 < cols; col0 += kChainCols) {
-    const int nc = static_cast<int>(cols - col0 < kChainCols ? cols - col0 : kChainCols);  // a multiple of 16
-    __syncthreads();  // the previous tile is consumed
-    const int xq = nc / 4, wq = static_cast<int>(nc * kWb / 16);  // 16-byte pieces per token, per row
-    for (int k = threadIdx.x; k < kChainTokens * xq; k += blockDim.x) {
+  auto stage = [&](int64_t col0, int buf) {  // one commit group per tile
+    const int xq = static_cast<int>(cols - col0 < kChainCols ? cols - col0 : kChainCols) / 4;  // cols % 16 == 0
+    for (int k = threadIdx.x; k < kTok * xq; k += blockDim.x) {
       const int j = k / xq, t = t0 + j < n_tok ? t0 + j : t0;
-      cp_async16(xs + j * kChainCols + 4 * (k % xq), x + t * cols + col0 + 4 * (k % xq));
+      cp_async16(xs + (buf * kTok + j) * kChainCols + 4 * (k % xq), x + t * cols + col0 + 4 * (k % xq));
     }
-    for (int64_t k = threadIdx.x; k < nr * wq; k += blockDim.x)
-      cp_async16(ws + (k / wq) * kStride + 16 * (k % wq),
-                 w + (r0 + k / wq) * row_bytes + col0 * kWb + 16 * (k % wq));
-    cp_async_wait();
-    __syncthreads();
-    if (live) {
-      // Chain c adds w[i] * (x[i] * s) for i = c, c + 64, ... in order (col0 is a multiple of 64).
-      const uint8_t* wr = ws + rl * kStride;
-#pragma unroll 4
-      for (int i = c; i < nc; i += kHcChains) {
-        const float wv = load_float_w<kType>(wr, i);
+    cp_async_commit();
+  };
+  auto load_w = [&](int64_t col0, float2* dst) {  // i even and cols even: i < cols covers i + 1
 #pragma unroll
-        for (int j = 0; j < kChainTokens; ++j) a[j] = a[j] + wv * (xs[j * kChainCols + i] * sc[j]);
+    for (int k = 0; k < kChainSteps; ++k) {
+      const int64_t i = col0 + 2 * lane + kHcChains * k;
+      dst[k] = live && i < cols ? load_float_w2<kType>(wr, i) : make_float2(0.0f, 0.0f);
+    }
+  };
+  float2 wc[kChainSteps], wn[kChainSteps];
+  stage(0, 0);
+  load_w(0, wc);
+  const int64_t tiles = (cols + kChainCols - 1) / kChainCols;
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    const int64_t col0 = tile * kChainCols;
+    if (tile + 1 < tiles) {
+      stage(col0 + kChainCols, static_cast<int>((tile + 1) & 1));
+      load_w(col0 + kChainCols, wn);
+    } else {
+      cp_async_commit();  // an empty group keeps the count: the wait below always leaves one
+    }
+    cp_async_wait_group<1>();
+    __syncthreads();  // this tile's x from every thread's copies
+    const float* xb = xs + (tile & 1) * kTok * kChainCols;
+#pragma unroll
+    for (int k = 0; k < kChainSteps; ++k) {
+      const int il = 2 * lane + kHcChains * k;
+      if (col0 + il < cols) {
+#pragma unroll
+        for (int j = 0; j < kTok; ++j) {
+          const float2 xv = *reinterpret_cast<const float2*>(xb + j * kChainCols + il);
+          a0[j] = a0[j] + wc[k].x * (xv.x * sc[j]);
+          a1[j] = a1[j] + wc[k].y * (xv.y * sc[j]);
+        }
       }
     }
+    __syncthreads();  // the buffer is consumed before the next iteration stages into it
+#pragma unroll
+    for (int k = 0; k < kChainSteps; ++k) wc[k] = wn[k];
   }
 #pragma unroll
-  for (int j = 0; j < kChainTokens; ++j) {  // hc_chain_tree per row: s = 32 via hi, then warp 2 rl
-    __syncthreads();  // hi's previous token is consumed
-    if (live && c >= 32) hi[rl * 32 + c - 32] = a[j];
-    __syncthreads();
-    if (c < 32) {
-      float v = a[j] + (live ? hi[rl * 32 + c] : 0.0f);
-      for (int off = 16; off >= 1; off >>= 1) v = v + __shfl_down_sync(0xffffffffu, v, off);
-      if (live && c == 0 && t0 + j < n_tok) y[static_cast<int64_t>(t0 + j) * rows + r0 + rl] = v;
+  for (int j = 0; j < kTok; ++j) {
+    float v0 = a0[j], v1 = a1[j];
+    for (int off = 16; off >= 1; off >>= 1) {
+      v0 = v0 + __shfl_down_sync(0xffffffffu, v0, off);
+      v1 = v1 + __shfl_down_sync(0xffffffffu, v1, off);
     }
+    if (live && lane == 0 && t0 + j < n_tok) y[static_cast<int64_t>(t0 + j) * rows + r] = v0 + v1;
   }
 }
 
@@ -400,20 +427,18 @@ bool hc_norm_matvec_batch(uint32_t type, const uint8_t* w, size_t row_bytes, int
                           const float* x, float eps, float* scales, float* y, int n_tok) {
   if (!hc_norm_matvec_fits(type, row_bytes, rows, cols, w, x, 0) || n_tok <= 0) return false;
   launch_k(hc_row_scale_kernel, static_cast<unsigned>(n_tok), 1024, 0, x, cols, eps, scales);
-  // Row groups of at most kChainRowsMax rows, as even as the count allows (24 rows: 2 x 12).
-  const int64_t groups = (rows + kChainRowsMax - 1) / kChainRowsMax;
+  // Row groups of at most 32 rows (a warp each), as even as the count allows (40 rows: 2 x 20).
+  const int64_t groups = (rows + 31) / 32;
   const int per = static_cast<int>((rows + groups - 1) / groups);
-  const dim3 grid(static_cast<unsigned>((n_tok + kChainTokens - 1) / kChainTokens), static_cast<unsigned>(groups));
-  const auto threads = static_cast<unsigned>(per * kHcChains);
-  const size_t wb = type == 0 ? 4 : 2;
-  const size_t smem = kChainTokens * kChainCols * 4 + static_cast<size_t>(per) * (kChainCols * wb + kChainRowPad);
+  const dim3 grid(static_cast<unsigned>((n_tok + kHcBatchTokens - 1) / kHcBatchTokens), static_cast<unsigned>(groups));
+  const size_t smem = 2 * kHcBatchTokens * kChainCols * sizeof(float);
   auto go = [&](auto kernel) {
     allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
-    launch_k(kernel, grid, threads, smem, w, row_bytes, rows, cols, x, scales, y, n_tok, per);
+    launch_k(kernel, grid, static_cast<unsigned>(per * 32), smem, w, row_bytes, rows, cols, x, scales, y, n_tok, per);
   };
-  if (type == 0) go(hc_chain_matvec_kernel<0>);
-  else if (type == 1) go(hc_chain_matvec_kernel<1>);
-  else go(hc_chain_matvec_kernel<30>);
+  if (type == 0) go(hc_chain_matvec_kernel<0, kHcBatchTokens>);
+  else if (type == 1) go(hc_chain_matvec_kernel<1, kHcBatchTokens>);
+  else go(hc_chain_matvec_kernel<30, kHcBatchTokens>);
   return true;
 }
 
