@@ -25,6 +25,8 @@
 #            of $AB, into $OUT/timeline.ENTRY.{kernels,graph}.csv; read them with scripts/timeline-report.py
 #   ktime    every decode kernel's duration at $PROFILE_CTX (default 2048; ncu, graph nodes one by one, serialised):
 #            per-kernel totals per step against the graph's step time (the launch gaps)
+# TEST_FILTER: a gtest filter for the tests step's test_cuda run (default: every test), e.g.
+# TEST_FILTER='CudaVsCpu.*' to check a kernel change end to end in a few seconds.
 # TEST_AB: environment settings under which the CudaKernels.* tests run again (as AB's, without
 # "@DIR" entries).
 # AB: space-separated environment settings to compare, "-" for none (default "-"); each entry's
@@ -132,7 +134,7 @@ for step in $STEPS; do
   case $step in
     tests)
       models
-      DS4_TINY_MODELS=$MODELS "$BIN/test_cuda" >"$OUT/test_cuda.log" 2>&1
+      DS4_TINY_MODELS=$MODELS "$BIN/test_cuda" ${TEST_FILTER:+"--gtest_filter=$TEST_FILTER"} >"$OUT/test_cuda.log" 2>&1
       summary+=("test_cuda: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/test_cuda.log" | tr '\n' ' ')")
       # TEST_AB: environment settings under which the CudaKernels tests run again (kernel variants)
       for entry in ${TEST_AB:-}; do

@@ -106,6 +106,32 @@ __device__ void emit_finish(float* row, int64_t d, const float* norm, float eps,
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) out[j] = __half2float(__float2half_rn(row[j]));
 }
 
+// dst_kv[i] = src_kv[i] and dst_sc[i] = src_sc[i] (+ add[i] when add is set) for i < n, by the
+// whole block, kPushBatch values per thread at a time with every load issued before the first
+// store (in-order issue would otherwise wait one memory round trip per value). The source and
+// destination ranges must not overlap.
+constexpr int kPushBatch = 8;
+__device__ void copy_pair_batched(int64_t n, const float* src_kv, const float* src_sc, const float* add,
+                                  float* dst_kv, float* dst_sc) {
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += kPushBatch * static_cast<int64_t>(blockDim.x)) {
+    float k[kPushBatch], v[kPushBatch];
+#pragma unroll
+    for (int u = 0; u < kPushBatch; ++u) {
+      const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x);
+      k[u] = i < n ? src_kv[i] : 0.0f;
+      v[u] = i >= n ? 0.0f : add ? src_sc[i] + add[i] : src_sc[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kPushBatch; ++u) {
+      const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x);
+      if (i < n) {
+        dst_kv[i] = k[u];
+        dst_sc[i] = v[u];
+      }
+    }
+  }
+}
+
 // Compressor push (model::Compressor::push), one block: the store (the APE row p % ratio added to
 // the score; kv / score written to frontier row 4 + p % 4 for ratio 4, else p % ratio), then,
 // when (p + 1) % ratio == 0, the emission: pool the frontier into `row`, emit_finish, and for
@@ -118,56 +144,16 @@ __global__ void compressor_push_kernel(const float* kv_in, const float* score_in
   pdl_wait();
   pdl_trigger();
   const int64_t p = *pos;
-  // Copies of kPushBatch values per thread, every load issued before the first store (in-order
-  // issue would otherwise wait one memory round trip per value).
-  constexpr int kPushBatch = 8;
-  {
-    const int64_t width = (ratio == 4 ? 2 : 1) * d;
-    const int64_t state_row = ratio == 4 ? 4 + p % 4 : p % ratio;
-    const float* a = ape + (p % ratio) * width;
-    for (int64_t j0 = threadIdx.x; j0 < width; j0 += kPushBatch * static_cast<int64_t>(blockDim.x)) {
-      float k[kPushBatch], v[kPushBatch];
-#pragma unroll
-      for (int u = 0; u < kPushBatch; ++u) {
-        const int64_t j = j0 + u * static_cast<int64_t>(blockDim.x);
-        k[u] = j < width ? kv_in[j] : 0.0f;
-        v[u] = j < width ? score_in[j] + a[j] : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kPushBatch; ++u) {
-        const int64_t j = j0 + u * static_cast<int64_t>(blockDim.x);
-        if (j < width) {
-          kv[state_row * width + j] = k[u];
-          sc[state_row * width + j] = v[u];
-        }
-      }
-    }
-  }
+  const int64_t width = (ratio == 4 ? 2 : 1) * d;
+  const int64_t state_row = ratio == 4 ? 4 + p % 4 : p % ratio;
+  copy_pair_batched(width, kv_in, score_in, ape + (p % ratio) * width, kv + state_row * width, sc + state_row * width);
   if ((p + 1) % ratio != 0) return;  // uniform
   __syncthreads();
   for (int64_t j = threadIdx.x; j < d; j += blockDim.x) row[j] = pool_value(kv, sc, ratio, d, j);
   __syncthreads();
   emit_finish(row, d, norm, eps, rope_table, n_pair, indexer, n_fp8, p, ratio, rows);
-  if (ratio == 4) {  // rows 4..7 into rows 0..3: disjoint, so each value's copy stands alone
-    const int64_t n = 8 * d;  // 4 rows of width 2 d
-    for (int64_t i0 = threadIdx.x; i0 < n; i0 += kPushBatch * static_cast<int64_t>(blockDim.x)) {
-      float k[kPushBatch], v[kPushBatch];
-#pragma unroll
-      for (int u = 0; u < kPushBatch; ++u) {
-        const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x);
-        k[u] = i < n ? kv[n + i] : 0.0f;
-        v[u] = i < n ? sc[n + i] : 0.0f;
-      }
-#pragma unroll
-      for (int u = 0; u < kPushBatch; ++u) {
-        const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x);
-        if (i < n) {
-          kv[i] = k[u];
-          sc[i] = v[u];
-        }
-      }
-    }
-  }
+  const int64_t n = 8 * d;  // rows 4..7 into rows 0..3 (each of width 2 d): disjoint
+  if (ratio == 4) copy_pair_batched(n, kv + n, sc + n, nullptr, kv, sc);
 }
 
 // A prefill chunk's compressor pushes (positions pos0 .. pos0 + n_tok - 1), computed directly
