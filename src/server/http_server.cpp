@@ -205,6 +205,14 @@ std::string HttpServer::metrics_text() const {
 void HttpServer::install_routes() {
   auto& h = *http_;
   h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    auto refuse = [&](int status, const std::string& message) {  // in the endpoint's error shape
+      ApiError e(status, message);
+      const ojson body = req.path == "/v1/messages" ? anthropic_error_body(e) : openai_error_body(e);
+      res.status = status;
+      res.set_content(dump_json(body), "application/json");
+      count_status(status);
+      return httplib::Server::HandlerResponse::Handled;
+    };
     if (options_.cors) {
       res.set_header("Access-Control-Allow-Origin", "*");
       res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
@@ -219,15 +227,14 @@ void HttpServer::install_routes() {
       std::string given = req.get_header_value("x-api-key");
       const std::string auth = req.get_header_value("Authorization");
       if (auth.rfind("Bearer ", 0) == 0) given = auth.substr(7);
-      if (given != options_.api_key) {
-        ApiError e(401, "invalid API key");
-        const ojson body = req.path == "/v1/messages" ? anthropic_error_body(e) : openai_error_body(e);
-        res.status = 401;
-        res.set_content(dump_json(body), "application/json");
-        count_status(401);
-        return httplib::Server::HandlerResponse::Handled;
-      }
+      if (given != options_.api_key) return refuse(401, "invalid API key");
     }
+    // A POST without Content-Length or chunked encoding: httplib would read its body until the
+    // connection closes (the client waits for an answer, so until the read timeout). Such a
+    // request has no body (RFC 9112 6.3), and every POST endpoint needs one: 411 at once.
+    if (req.method == "POST" && !req.has_header("Content-Length") &&
+        req.get_header_value("Transfer-Encoding").find("chunked") == std::string::npos)
+      return refuse(411, "a POST request needs a body with Content-Length (or chunked transfer encoding)");
     return httplib::Server::HandlerResponse::Unhandled;
   });
   // Errors httplib raises itself (404 unknown path, 413 body too large, 400 bad HTTP).

@@ -88,6 +88,9 @@ expect 1 "fixes the shape" -- "$build/ds4-make-model" --weights "$build/models/d
 for tool in ds4-make-model ds4-tokenize ds4-dump-logits; do
   expect 2 "is required|not expected" -- "$build/$tool" --no-such-flag
 done
+# ds4-bench: an unknown flag and a missing model are bad input, exit 2 (its own tests: the rest).
+expect 2 "not expected" -- "$build/ds4-bench" --no-such-flag
+expect 2 "does not exist" -- "$build/ds4-bench" -m "$tmp/missing.gguf" --prompt-file "$0"
 (cd "$src" && /usr/bin/python3 - "$tmp/bad_weights.gguf" <<'PY'
 import sys
 import numpy as np

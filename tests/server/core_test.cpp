@@ -729,6 +729,47 @@ TEST(HttpServerTest, SlowClientsAreCutOffByTheDeadline) {
   EXPECT_EQ(c.Get("/health")->status, 200);
 }
 
+// A POST without Content-Length or chunked encoding has no body: 411 in the endpoint's error
+// shape at once, not after the read timeout (httplib would wait for the connection to close).
+TEST(HttpServerTest, BodylessPostGets411AtOnce) {
+  HttpOptions o = LocalHttpServer::options();
+  o.io_timeout_s = 10;
+  LocalHttpServer srv(std::make_unique<ScriptedGenerator>(std::vector<std::string>{"x"}, 4096), o);
+  auto exchange = [&](const std::string& path) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(srv.http.port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{15, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\r\n";
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    std::string got;
+    char buf[512];
+    for (ssize_t n; got.find("}}") == std::string::npos && (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+      got.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+    return got;
+  };
+  const std::string openai = exchange("/v1/chat/completions");
+  EXPECT_EQ(openai.rfind("HTTP/1.1 411", 0), 0u) << openai;
+  EXPECT_NE(openai.find("\"invalid_request_error\""), std::string::npos) << openai;
+  EXPECT_NE(openai.find("Content-Length"), std::string::npos) << openai;
+  const std::string anthropic = exchange("/v1/messages");
+  EXPECT_EQ(anthropic.rfind("HTTP/1.1 411", 0), 0u) << anthropic;
+  EXPECT_NE(anthropic.find("\"type\":\"error\""), std::string::npos) << anthropic;
+  // Bodies with a length still work, and so do chunked ones.
+  httplib::Client c("127.0.0.1", srv.http.port());
+  const auto ok = c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1})",
+                         "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
 // §3.3: inside a tool block, structural tokens are sampled greedily and payload tokens with the
 // request's settings (the parser state before each token decides).
 TEST(Core, ToolStructureIsSampledGreedily) {
