@@ -55,6 +55,17 @@ int kv_main_mode() {
   return 1;
 }
 
+// How much of the indexer's query runs on the main stream before the aux stream forks
+// (DS4_CUDA_IDX_QUERY_MAIN): 0 none (its q_b + proj matvecs, RoPE + QAT, scores and top-k all on
+// aux), 1 the matvecs, 2 (default; other values too) the matvecs and the RoPE + QAT. On main they
+// follow the q_a norm with a PDL edge instead of the aux fork's full one, ahead of q_b.
+int idx_query_main_mode() {
+  const char* v = std::getenv("DS4_CUDA_IDX_QUERY_MAIN");
+  if (v && std::strcmp(v, "0") == 0) return 0;
+  if (v && std::strcmp(v, "1") == 0) return 1;
+  return 2;
+}
+
 }  // namespace
 
 unsigned parse_no_pdl_sites(const char* list) {
@@ -103,6 +114,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   attn_q8_fused_ = !env_is_zero("DS4_CUDA_ATTN_Q8_FUSED");
   idx_first_ = !env_is_zero("DS4_CUDA_IDX_FIRST");
   kv_main_ = kv_main_mode();
+  idx_query_main_ = idx_query_main_mode();
   hc_fused_ = !env_is_zero("DS4_CUDA_HC_FUSED");
   no_pdl_ = parse_no_pdl_sites(std::getenv("DS4_CUDA_NO_PDL"));
   if (StepProfile::requested()) {
@@ -398,12 +410,21 @@ void CudaForward::hc_norm_mv(const DevMatrix& fn, const float* x, float* out) {
        "rows of a multiple of 16 values)", fn.rows, n, fn.type);
 }
 
-void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale,
-                         const DeviceArray<float>& base, const DeviceArray<float>& norm) {
+void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale, const DeviceArray<float>& base,
+                         const DeviceArray<float>& norm, std::initializer_list<const DevMatrix*> readers) {
   const int nh = static_cast<int>(c_.n_hc);
+  // Only the formats the sublayer reads: the quantization runs in the projection's last block,
+  // on the path to the sublayer's first matvec (Q8_K is no attention matrix's format in flash).
+  auto read = [&](ActFormat f) {
+    for (const DevMatrix* m : readers)
+      if (*m && act_format(m->type) == f) return true;
+    return false;
+  };
+  h_has_q8_0_ = h_q8_0_.get() && read(ActFormat::Q8_0);
+  h_has_q8_k_ = h_q8_k_.get() && read(ActFormat::Q8_K);
   HcPreArgs pre = hc_pre_args(scale.get(), base.get(), nh, c_.hc_eps, x_.get(), static_cast<int64_t>(c_.n_embd),
-                              pre_.get(), sub_in_.get(), norm.get(), c_.rms_eps, h_.get(), h_q8_0_.get(),
-                              h_q8_k_.get());
+                              pre_.get(), sub_in_.get(), norm.get(), c_.rms_eps, h_.get(),
+                              h_has_q8_0_ ? h_q8_0_.get() : nullptr, h_has_q8_k_ ? h_q8_k_.get() : nullptr);
   pre.ticket = hc_ticket_.get();
   // The pre weights, the sublayer's input and its norm in the projection's last block, or
   // (matrices hc_norm_matvec does not take, DS4_CUDA_HC_FUSED=0) in a launch of their own.
@@ -480,7 +501,8 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   const float* rope = ratio ? rope_comp_.get() : rope_dense_.get();
   const int64_t* pos = pos_.get();
 
-  hc_pre(L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, L.attn_norm);  // h_ = attn_norm(sub_in)
+  hc_pre(L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, L.attn_norm,  // h_ = attn_norm(sub_in)
+         {&L.attn_q_a, &L.attn_kv, &L.comp_kv, &L.comp_gate, &L.idx_comp_kv, &L.idx_comp_gate, &L.idx_proj});
   // Compressor and indexer compressor (spec §3.4.5, §3.4.7) read only h_ and their own state:
   // they run on the branch stream beside the query/KV path; the indexer scores and the
   // attention, which read the rows they emit, wait for them (join_branch).
@@ -514,7 +536,8 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   rms_norm(qr_.get(), L.attn_q_a_norm.get(), qr_.get(), QL, 1, c_.rms_eps, qb.act_ready ? qb.act : nullptr);
   mark("attn_q_a norm");
   // Beside q_b and the query norm+RoPE (aux stream): the KV row into the raw ring, and the
-  // indexer's query, scores and top-k, which read qr_, h_ and the indexer rows (spec §3.4.7).
+  // indexer's query (by default on the main stream, before q_b), scores and top-k, which read
+  // qr_, h_ and the indexer rows (spec §3.4.7).
   // The KV row's launch goes on the main stream after q_b instead where the indexer runs
   // (DS4_CUDA_KV_MAIN: 0 never, 2 in every layer): the aux chain is then the indexer's alone.
   const bool indexed = ratio == 4 && indexer_on;
@@ -524,6 +547,21 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
               kv.raw.get(), raw_cap_);
     mark("kv norm+rope+store");
   };
+  // The indexer's query (spec §3.4.7 steps 2-3): its first idx_main parts on the main stream,
+  // the rest on aux (DS4_CUDA_IDX_QUERY_MAIN).
+  const int64_t ID = c_.indexer_head_dim;
+  const int IH = static_cast<int>(c_.n_indexer_head);
+  const int idx_main = indexed ? idx_query_main_ : 0;
+  auto idx_query = [&](int part) {
+    if (part == 0) {
+      pair(op(L.idx_q_b, qr_.get(), iq_.get(), aux_act_.get()), op_h(L.idx_proj, iw_.get(), aux_act_.get()));
+      mark("indexer q_b+proj matvecs");
+    } else {
+      indexer_rope_qat(iq_.get(), IH, ID, rope, n_pair_, pos);
+      mark("indexer rope+qat");
+    }
+  };
+  for (int part = 0; part < idx_main; ++part) idx_query(part);
   const bool aux_work = indexed || !kv_main;
   if (aux_work) begin_beside(aux_, aux_fork_, NoPdlSite::Aux);
   if (!kv_main) kv_store();
@@ -534,12 +572,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   int64_t max_rows = c_.n_swa;
   if (ratio) max_rows += std::min<int64_t>(ctx_ / ratio + 2, ratio == 4 ? c_.indexer_top_k : INT64_MAX);
   if (indexed) {
-    const int64_t ID = c_.indexer_head_dim;
-    const int IH = static_cast<int>(c_.n_indexer_head);
-    pair(op(L.idx_q_b, qr_.get(), iq_.get(), aux_act_.get()), op_h(L.idx_proj, iw_.get(), aux_act_.get()));
-    mark("indexer q_b+proj matvecs");
-    indexer_rope_qat(iq_.get(), IH, ID, rope, n_pair_, pos);
-    mark("indexer rope+qat");
+    for (int part = idx_main; part < 2; ++part) idx_query(part);
     if (!prof_) check(cudaStreamWaitEvent(aux_, idx_first ? idx_rows_ : branch_join_, 0), "cudaStreamWaitEvent");
     const int64_t max_idx = ctx_ / 4 + 2;
     indexer_scores(iq_.get(), iw_.get(), IH, ID, kv.index.get(), pos, 4, max_idx, scores_.get());
@@ -610,7 +643,8 @@ void CudaForward::ffn_layer(uint32_t il) {
   const int U = static_cast<int>(c_.n_expert_used);
   const float clamp = c_.swiglu_clamp_of(il);
 
-  hc_pre(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm);  // h_ = ffn_norm(sub_in)
+  hc_pre(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm,  // h_ = ffn_norm(sub_in)
+         {&L.ffn_gate_shexp, &L.ffn_up_shexp, &L.ffn_gate_exps, &L.ffn_up_exps});
   // Shared expert on the branch stream (its own buffers), beside the router and routed experts.
   begin_branch(NoPdlSite::Shexp);
   pair(op_h(L.ffn_gate_shexp, sh_gate_.get(), branch_act_.get()),

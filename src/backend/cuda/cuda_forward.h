@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -109,9 +110,11 @@ class CudaForward {
  private:
   void step(int64_t pos, float* logits);
   void launch_step(bool indexer_on, bool logits);  // the kernels of one step, on stream_
-  // HC pre of one sublayer (spec §3.3) through the sublayer's input norm: h_ = norm(sub_in).
+  // HC pre of one sublayer (spec §3.3) through the sublayer's input norm: h_ = norm(sub_in),
+  // also quantized into h_q8_0_ / h_q8_k_ where a matrix of `readers` (the sublayer's op_h
+  // matvecs; absent ones are skipped) reads that activation format.
   void hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale, const DeviceArray<float>& base,
-              const DeviceArray<float>& norm);
+              const DeviceArray<float>& norm, std::initializer_list<const DevMatrix*> readers);
   void hc_norm_mv(const DevMatrix& fn, const float* x, float* out);  // out = fn · rms_norm_unweighted(x)
   void join_sinkhorn();  // stream_ waits for the side stream's post/comb (before hc_post)
   void fork(cudaStream_t to, cudaEvent_t ev);  // `to` waits for the work queued on stream_ so far
@@ -155,7 +158,9 @@ class CudaForward {
   MatvecOp op_h(const DevMatrix& w, float* y, uint8_t* act = nullptr) {
     MatvecOp o = op(w, h_.get(), y, act);
     const ActFormat f = act_format(w.type);
-    uint8_t* ready = f == ActFormat::Q8_0 ? h_q8_0_.get() : f == ActFormat::Q8_K ? h_q8_k_.get() : nullptr;
+    uint8_t* ready = f == ActFormat::Q8_0 && h_has_q8_0_   ? h_q8_0_.get()
+                     : f == ActFormat::Q8_K && h_has_q8_k_ ? h_q8_k_.get()
+                                                           : nullptr;
     if (ready) {
       o.act = ready;
       o.act_ready = true;
@@ -248,11 +253,13 @@ class CudaForward {
   DeviceArray<uint32_t> top_k_;
   DeviceArray<uint8_t> act_;
   DeviceArray<uint8_t> h_q8_0_, h_q8_k_;  // h_ quantized by hc_pre (Q8_0 / Q8_K activation rows)
+  bool h_has_q8_0_ = false, h_has_q8_k_ = false;  // what the last hc_pre wrote there (op_h reads only that)
   DeviceArray<unsigned> hc_ticket_;  // hc_norm_matvec's last-block counter for the fused hc_pre
   bool hc_fused_ = true;  // hc_pre weights in the projection's last block (DS4_CUDA_HC_FUSED=0: off)
   bool attn_rope_fused_ = true;  // inverse RoPE in the attention's combine launch (DS4_CUDA_ATTN_ROPE_FUSED=0: off)
   bool idx_first_ = true;  // the indexer compressor before the main one on branch_ (DS4_CUDA_IDX_FIRST=0: after)
   int kv_main_ = 1;         // the KV row's launch on stream_: 0 never, 1 where the indexer runs, 2 always (DS4_CUDA_KV_MAIN)
+  int idx_query_main_ = 2;  // indexer query parts on stream_ before q_b: 0, 1 (q_b+proj), 2 (+RoPE/QAT) (DS4_CUDA_IDX_QUERY_MAIN)
   bool attn_q8_fused_ = true;  // o_a's Q8_0 input from the attention's combine launch (DS4_CUDA_ATTN_Q8_FUSED=0: off)
   // Decode call sites whose launches skip PDL (DS4_CUDA_NO_PDL, a bit per NoPdlSite):
   // comparisons of where a dependent's blocks, parked early on the SMs, cost more than the
