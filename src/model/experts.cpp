@@ -7,16 +7,7 @@
 
 namespace ds4::model {
 
-float silu(float z) {
-  float s;
-  if (z >= 0.0f) {
-    s = 1.0f / (1.0f + detail::exp_f32(-z));
-  } else {
-    const float e = detail::exp_f32(z);
-    s = e / (1.0f + e);
-  }
-  return z * s;
-}
+float silu(float z) { return z * detail::sigmoid_f32(z); }
 
 void expert_swiglu(std::span<const float> gate, std::span<const float> up, float clamp,
                    float weight, std::span<float> out) {

@@ -182,15 +182,7 @@ void hc_output_weights(std::span<const float> logits, std::span<const float> sca
          logits.size(), base.size(), scale.size());
   }
   for (size_t i = 0; i < n; ++i) {
-    const float z = logits[i] * scale[0] + base[i];
-    float s;
-    if (z >= 0.0f) {
-      s = 1.0f / (1.0f + detail::exp_f32(-z));
-    } else {
-      const float e = detail::exp_f32(z);
-      s = e / (1.0f + e);
-    }
-    w[i] = s + eps;
+    w[i] = detail::sigmoid_f32(logits[i] * scale[0] + base[i]) + eps;
   }
 }
 

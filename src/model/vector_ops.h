@@ -15,6 +15,14 @@ namespace ds4::model::detail {
 inline float exp_f32(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
 inline float log1p_f32(float x) { return static_cast<float>(std::log1p(static_cast<double>(x))); }
 
+/// The logistic 1 / (1 + e^-z) in f32 in the form whose exp cannot overflow: e^z / (1 + e^z)
+/// for z < 0 (exp by exp_f32). Used by SiLU (spec §3.5) and the output head's HC weights (§3.6).
+inline float sigmoid_f32(float z) {
+  if (z >= 0.0f) return 1.0f / (1.0f + exp_f32(-z));
+  const float e = exp_f32(z);
+  return e / (1.0f + e);
+}
+
 /// dot(a, b) over n floats, f32 accumulation in 8 interleaved partial sums (lane i sums
 /// elements i, i+8, i+16, ...), lanes added pairwise at the end, tail added last.
 inline float dot_f32(const float* a, const float* b, size_t n) {

@@ -64,6 +64,20 @@ chat::ThinkMode read_openai_common(const ojson& body, const ServerInfo& info, st
   return resolve_think_mode(t, model, info.ctx);
 }
 
+/// The end of an OpenAI SSE stream (both endpoints): the `last` chunk (with the finish reason),
+/// then, when stream_options.include_usage asked for it, a chunk `base` with no choices and the
+/// usage, then the [DONE] line.
+std::string openai_stream_end(const ojson& last, bool include_usage, ojson base, const Usage& usage) {
+  std::string out = sse_data(last);
+  if (include_usage) {
+    base["choices"] = ojson::array();
+    base["usage"] = openai_usage(usage);
+    out += sse_data(base);
+  }
+  out += "data: [DONE]\n\n";
+  return out;
+}
+
 class OpenAIChat final : public Adapter {
  public:
   OpenAIChat(const ojson& body, const ServerInfo& info) {
@@ -125,15 +139,7 @@ class OpenAIChat final : public Adapter {
   }
 
   std::string stream_end(const GenResult& r) override {
-    std::string out = sse_data(chunk(ojson::object(), finish_reason_name(r.finish)));
-    if (include_usage_) {
-      ojson u = base();
-      u["choices"] = ojson::array();
-      u["usage"] = openai_usage(r.usage);
-      out += sse_data(u);
-    }
-    out += "data: [DONE]\n\n";
-    return out;
+    return openai_stream_end(chunk(ojson::object(), finish_reason_name(r.finish)), include_usage_, base(), r.usage);
   }
 
   ojson response(const GenResult& r) override {
@@ -209,15 +215,7 @@ class OpenAICompletions final : public Adapter {
     return sse_data(chunk(e.text, nullptr));
   }
   std::string stream_end(const GenResult& r) override {
-    std::string out = sse_data(chunk("", finish_reason_name(r.finish)));
-    if (include_usage_) {
-      ojson u = base();
-      u["choices"] = ojson::array();
-      u["usage"] = openai_usage(r.usage);
-      out += sse_data(u);
-    }
-    out += "data: [DONE]\n\n";
-    return out;
+    return openai_stream_end(chunk("", finish_reason_name(r.finish)), include_usage_, base(), r.usage);
   }
   ojson response(const GenResult& r) override {
     ojson out = base();
