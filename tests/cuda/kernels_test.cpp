@@ -260,6 +260,20 @@ TEST_F(CudaKernels, IndexerRopeQatEqualsRopeThenQat) {
   }
 }
 
+// rows x cols HC projection weights of `type` (F32, F16 or BF16 rows, packed), each 0.05 x a draw
+// of nd: the matrices both HC projection tests feed the kernels and model::hc_projection.
+std::vector<uint8_t> random_hc_rows(GgmlType type, int64_t rows, int64_t cols, std::normal_distribution<float>& nd,
+                                    std::mt19937& rng) {
+  std::vector<uint8_t> w(static_cast<size_t>(rows * cols) * (type == GgmlType::F32 ? 4 : 2));
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const float v = 0.05f * nd(rng);
+    if (type == GgmlType::F32) reinterpret_cast<float*>(w.data())[i] = v;
+    else if (type == GgmlType::F16) reinterpret_cast<uint16_t*>(w.data())[i] = f32_to_f16(v);
+    else reinterpret_cast<uint16_t*>(w.data())[i] = f32_to_bf16(v);
+  }
+  return w;
+}
+
 // The HC norm + projection (one launch) against model::hc_norm_state then model::hc_projection,
 // bit for bit (its 64 chains and tree), for F16, F32 and BF16 rows; then with the hc_pre tail.
 TEST_F(CudaKernels, HcNormMatvecEqualsNormThenProjection) {
@@ -270,13 +284,7 @@ TEST_F(CudaKernels, HcNormMatvecEqualsNormThenProjection) {
   for (float& v : x) v = 3.0f * nd(rng);
   for (const GgmlType type : {GgmlType::F16, GgmlType::F32, GgmlType::BF16}) {
     const size_t rb = static_cast<size_t>(cols) * (type == GgmlType::F32 ? 4 : 2);
-    std::vector<uint8_t> w(rb * rows);
-    for (int64_t i = 0; i < rows * cols; ++i) {
-      const float v = 0.05f * nd(rng);
-      if (type == GgmlType::F32) reinterpret_cast<float*>(w.data())[i] = v;
-      else if (type == GgmlType::F16) reinterpret_cast<uint16_t*>(w.data())[i] = f32_to_f16(v);
-      else reinterpret_cast<uint16_t*>(w.data())[i] = f32_to_bf16(v);
-    }
+    const std::vector<uint8_t> w = random_hc_rows(type, rows, cols, nd, rng);
     std::vector<float> flat(x.size()), want(static_cast<size_t>(rows));
     model::rms_norm_unweighted(x, flat);
     model::hc_projection(type, w.data(), rb, rows, flat, want);
@@ -362,13 +370,7 @@ TEST_F(CudaKernels, HcNormMatvecBatchEqualsPerTokenReference) {
         SCOPED_TRACE(std::to_string(cols) + " cols, " + std::to_string(rows) + " rows, type " +
                      std::to_string(static_cast<int>(type)));
         const size_t rb = static_cast<size_t>(cols) * (type == GgmlType::F32 ? 4 : 2);
-        std::vector<uint8_t> w(rb * rows);
-        for (int64_t i = 0; i < rows * cols; ++i) {
-          const float v = 0.05f * nd(rng);
-          if (type == GgmlType::F32) reinterpret_cast<float*>(w.data())[i] = v;
-          else if (type == GgmlType::F16) reinterpret_cast<uint16_t*>(w.data())[i] = f32_to_f16(v);
-          else reinterpret_cast<uint16_t*>(w.data())[i] = f32_to_bf16(v);
-        }
+        const std::vector<uint8_t> w = random_hc_rows(type, rows, cols, nd, rng);
         std::vector<float> want(static_cast<size_t>(rows) * n_tok), flat(static_cast<size_t>(cols));
         for (int t = 0; t < n_tok; ++t) {
           model::rms_norm_unweighted({&x[static_cast<size_t>(t * cols)], static_cast<size_t>(cols)}, flat);
