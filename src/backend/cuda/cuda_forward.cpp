@@ -414,7 +414,7 @@ void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale, c
                          const DeviceArray<float>& norm, std::initializer_list<const DevMatrix*> readers) {
   const int nh = static_cast<int>(c_.n_hc);
   // Only the formats the sublayer reads: the quantization runs in the projection's last block,
-  // on the path to the sublayer's first matvec (Q8_K is no attention matrix's format in flash).
+  // on the path to the sublayer's first matvec (in flash no attention matrix reads Q8_K).
   auto read = [&](ActFormat f) {
     for (const DevMatrix* m : readers)
       if (*m && act_format(m->type) == f) return true;
