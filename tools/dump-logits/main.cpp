@@ -67,7 +67,8 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  CLI::App app{"Dump the CPU forward pass's logits (and trace) of a token list, for parity checks"};
+  CLI::App app{"Dump the CPU forward pass's logits (and trace) of a token list, for parity checks",
+               "ds4-dump-logits"};
   app.add_option("-m,--model", a.model, "GGUF model")->required();
   app.add_option("--tokens", a.tokens, "Token ids, comma or space separated");
   app.add_option("--tokens-file", a.tokens_file, "File of token ids, comma or space separated");
