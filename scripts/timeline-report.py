@@ -65,7 +65,10 @@ def report():
         t1 = max(int(k["end_ns"]) for k in ks)
         busy = sum(int(k["end_ns"]) - int(k["start_ns"]) for k in ks)
         print(f"  corr {corr}: {len(ks)} kernels, step {(t1 - t0) / 1e3:.1f} us, kernel time summed {busy / 1e3:.1f} us")
-    ks = list(launches.values())[args.launch]
+    corr = list(launches)[args.launch]
+    ks = launches[corr]
+    # Decode steps differ (the ratio-4 compressors emit on every 4th token): say which one this is.
+    print(f"following corr {corr} (--launch N picks another; the steps' paths can differ)")
     t0 = min(int(k["start_ns"]) for k in ks)
     # Node ids are (graph id << 32) + the node's index in its graph: the instantiated graph's
     # records and the captured graph's nodes agree in the index (the low 32 bits).

@@ -30,6 +30,7 @@ g=$((5 << 32)); n=$((1 << 32))
 } >"$tmp/t.graph.csv"
 expect 0 "corr 7: 4 kernels, step 35.0 us" -- $py "$report" "$tmp/t"
 expect 0 "graph 0i: 4 of 4 kernels matched" -- $py "$report" "$tmp/t"
+expect 0 "following corr 7 " -- $py "$report" "$tmp/t"
 expect 0 "critical path 3 kernels: in kernels 40.0 us, in gaps before them -5.0 us" -- $py "$report" "$tmp/t"
 out=$($py "$report" "$tmp/t" 2>&1)
 grep -qE "^ +25\.0 +-5\.0 +1  kern_c" <<<"$out" && ok || bad "kern_c's path time and gap: $out"
