@@ -4,8 +4,6 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +14,7 @@
 #include "chat/render.h"
 #include "engine/engine.h"
 #include "server/http_server.h"
+#include "loopback.h"
 #include "sse.h"
 
 namespace ds4::server {
@@ -702,14 +701,8 @@ TEST(HttpServerTest, SlowClientsAreCutOffByTheDeadline) {
   LocalHttpServer srv(std::make_unique<ScriptedGenerator>(std::vector<std::string>{"x"}, 4096), o);
   HttpServer& http = srv.http;
   auto seconds_until_closed = [&](const std::string& partial) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(http.port()));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    timeval tv{15, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const int fd = test::connect_loopback(http.port(), 15);
+    EXPECT_GE(fd, 0);
     const auto t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(::send(fd, partial.data(), partial.size(), MSG_NOSIGNAL), static_cast<ssize_t>(partial.size()));
     char buf[512];
@@ -736,14 +729,8 @@ TEST(HttpServerTest, BodylessPostGets411AtOnce) {
   o.io_timeout_s = 10;
   LocalHttpServer srv(std::make_unique<ScriptedGenerator>(std::vector<std::string>{"x"}, 4096), o);
   auto exchange = [&](const std::string& path) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(srv.http.port()));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    timeval tv{15, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const int fd = test::connect_loopback(srv.http.port(), 15);
+    EXPECT_GE(fd, 0);
     const std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\r\n";
     const auto t0 = std::chrono::steady_clock::now();
     EXPECT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
@@ -764,10 +751,20 @@ TEST(HttpServerTest, BodylessPostGets411AtOnce) {
   EXPECT_NE(anthropic.find("\"type\":\"error\""), std::string::npos) << anthropic;
   // Bodies with a length still work, and so do chunked ones.
   httplib::Client c("127.0.0.1", srv.http.port());
-  const auto ok = c.Post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1})",
-                         "application/json");
+  const std::string body = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1})";
+  const auto ok = c.Post("/v1/chat/completions", body, "application/json");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
+  const auto chunked = c.Post(
+      "/v1/chat/completions",
+      [&](size_t, httplib::DataSink& sink) {
+        sink.write(body.data(), body.size());
+        sink.done();
+        return true;
+      },
+      "application/json");
+  ASSERT_TRUE(chunked);
+  EXPECT_EQ(chunked->status, 200) << chunked->body;
 }
 
 // §3.3: inside a tool block, structural tokens are sampled greedily and payload tokens with the

@@ -8,8 +8,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <openssl/evp.h>
 #include <sys/socket.h>
 
@@ -21,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "loopback.h"
 #include "server_process.h"
 #include "sse.h"
 
@@ -617,26 +616,10 @@ TEST(E2EProcess, ApiKeyAndGracefulShutdown) {
   EXPECT_NE(server.log().find("shutting down"), std::string::npos);
 }
 
-// Raw loopback socket helpers for clients that do not speak proper HTTP.
-int connect_loopback(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  timeval tv{20, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Sends `data`, optionally half-closes, reads the reply until the server closes (or 20 s).
 // Returns the reply bytes, or "TIMEOUT" when the server neither answered nor closed.
 std::string raw_exchange(int port, const std::string& data, bool close_early) {
-  const int fd = connect_loopback(port);
+  const int fd = test::connect_loopback(port, 20);
   if (fd < 0) return "CONNECT-FAILED";
   (void)!::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
   if (close_early) {
