@@ -11,7 +11,6 @@ namespace ds4::cli {
 Options parse_options(int argc, char** argv) {
   Options o;
   CLI::App app{"ds4 — DeepSeek V4 inference. Without -p/--prompt-file: interactive chat.", "ds4"};
-  name_parse_errors(app);
   app.get_formatter()->column_width(34);
   app.add_option("-m,--model", o.model, "GGUF model file (default: " DS4_DEFAULT_MODEL ")");
   app.add_option("-p,--prompt", o.prompt, "One-shot prompt");

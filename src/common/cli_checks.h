@@ -14,11 +14,21 @@
 
 namespace ds4 {
 
+/// Parse errors printed as "<app name>: <message>" (then CLI11's "Run with --help ..." line), as
+/// every other error of the front ends is; the exit code stays the caller's (2).
+inline void name_parse_errors(CLI::App& app) {
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    return a->get_name() + ": " + CLI::FailureMessage::simple(a, e);
+  });
+}
+
 /// app.parse(args...) (argc, argv or a reversed argument vector); a parse error prints CLI11's
-/// message (--help: the help text) and exits: 0 for --help, 2 for every usage error (CLI11's own
-/// exit codes differ by error: 106 for a missing option, 109 for an unknown one, ...).
+/// message named as name_parse_errors does (--help: the help text) and exits: 0 for --help, 2 for
+/// every usage error (CLI11's own exit codes differ by error: 106 for a missing option, 109 for an
+/// unknown one, ...).
 template <typename... Args>
 void parse_or_exit(CLI::App& app, Args&&... args) {
+  name_parse_errors(app);
   try {
     app.parse(std::forward<Args>(args)...);
   } catch (const CLI::ParseError& e) {
@@ -55,13 +65,6 @@ CLI::Validator whole_number() {
   return parses_as<T>("a whole number");
 }
 
-/// Parse errors printed as "<app name>: <message>" (then CLI11's "Run with --help ..." line), as
-/// every other error of the front ends is; the exit code stays the caller's (2).
-inline void name_parse_errors(CLI::App& app) {
-  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
-    return a->get_name() + ": " + CLI::FailureMessage::simple(a, e);
-  });
-}
 
 /// The DS4_THREADS environment variable, read when -t/--threads is not given (product surface
 /// §2.1): 0 when unset or empty; otherwise a whole number from 1 to 4096 (the -t range). Anything

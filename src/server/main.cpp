@@ -45,7 +45,6 @@ struct Flags {
 Flags parse(int argc, char** argv) {
   Flags f;
   CLI::App app{"ds4-server: OpenAI / Anthropic compatible HTTP server for DeepSeek V4", "ds4-server"};
-  ds4::name_parse_errors(app);
   app.add_option("-m,--model", f.model, "GGUF model file (default: the build's ds4 model)");
   app.add_option("-c,--ctx", f.ctx, "Context of the live session in tokens")
       ->capture_default_str()

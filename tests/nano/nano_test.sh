@@ -84,9 +84,9 @@ expect 1 "context is 64 tokens" -- "$build/ds4" -t 1 --perplexity-file "$tmp/hel
   && ok || bad "make-model --weights round trip differs"
 expect 1 "fixes the shape" -- "$build/ds4-make-model" --weights "$build/models/ds4-tiny-f32.gguf" \
   --config "$0" -o "$tmp/x.gguf"
-# The tools' usage errors exit 2, as ds4's and ds4-server's do (not CLI11's per-error codes).
+# The tools' usage errors exit 2 and name the tool, as ds4's and ds4-server's do (not CLI11's per-error codes).
 for tool in ds4-make-model ds4-tokenize ds4-dump-logits; do
-  expect 2 "is required|not expected" -- "$build/$tool" --no-such-flag
+  expect 2 "^$tool: .*(is required|not expected)" -- "$build/$tool" --no-such-flag
 done
 # ds4-bench: an unknown flag and a missing model are bad input, exit 2 (its own tests: the rest).
 expect 2 "not expected" -- "$build/ds4-bench" --no-such-flag
