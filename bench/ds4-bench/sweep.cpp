@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/f16.h"
+#include "engine/sampler.h"
 #include "engine/session.h"
 
 namespace ds4::bench {
@@ -38,14 +39,7 @@ struct Best {
 }  // namespace
 
 int32_t greedy_token(std::span<const float> logits, std::optional<int32_t> excluded) {
-  int32_t best = -1;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const auto id = static_cast<int32_t>(i);
-    if (std::isnan(logits[i]) || (excluded && id == *excluded)) continue;
-    if (best < 0 || logits[i] > logits[static_cast<size_t>(best)]) best = id;
-  }
-  if (best < 0) fail("greedy decode: no token can be chosen from {} logits", logits.size());
-  return best;
+  return Sampler::argmax(logits, excluded.value_or(-1));
 }
 
 [[gnu::noinline]] void greedy_decode(Session& session, int64_t n, std::optional<int32_t> excluded) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "common/error.h"
 
@@ -28,14 +29,69 @@ double Sampler::next_uniform() {
   return static_cast<double>(z >> 11) * 0x1.0p-53;
 }
 
-int32_t Sampler::argmax(std::span<const float> logits) {
-  int32_t best = -1;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (std::isnan(logits[i])) continue;
-    if (best < 0 || logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+namespace {
+
+constexpr size_t kArgmaxBlock = 1024;  // logits per block of argmax's first pass
+
+// The largest non-NaN value of p[0, n) other than p[skip] (-inf when there is none): `v > m ?
+// v : m` never takes a NaN, and in four-float vectors (16 independent lanes) the loop runs at
+// memory speed (~30 us for 129,280 logits, where the one-index loop took ~70-500 us).
+float block_max(const float* p, size_t n, size_t skip) {
+  float r = -INFINITY;
+  size_t i = 0;
+  if (skip >= n) {
+    using F4 = float __attribute__((vector_size(16)));
+    F4 m[4];
+    for (F4& v : m) v = F4{} - INFINITY;
+    for (; i + 16 <= n; i += 16)
+      for (int j = 0; j < 4; ++j) {
+        F4 v;
+        std::memcpy(&v, p + i + 4 * j, sizeof v);
+        m[j] = v > m[j] ? v : m[j];
+      }
+    for (const F4& v : m)
+      for (int k = 0; k < 4; ++k) r = v[k] > r ? v[k] : r;
   }
-  if (best < 0) fail("sampling: logits are empty or all NaN");
-  return best;
+  for (; i < n; ++i)
+    if (i != skip) r = p[i] > r ? p[i] : r;
+  return r;
+}
+
+}  // namespace
+
+int32_t Sampler::argmax(std::span<const float> logits, int32_t excluded) {
+  // Two passes: the maximum of every block, then the first block holding the overall maximum
+  // is searched for its first index (ties to the lowest id; -0 == +0 ties too).
+  const size_t n = logits.size(), nb = (n + kArgmaxBlock - 1) / kArgmaxBlock;
+  const size_t skip = excluded < 0 ? n : static_cast<size_t>(excluded);
+  std::vector<float> bmax(nb);
+  float top = -INFINITY;
+  for (size_t b = 0; b < nb; ++b) {
+    const size_t lo = b * kArgmaxBlock, len = std::min(kArgmaxBlock, n - lo);
+    bmax[b] = block_max(logits.data() + lo, len, skip - lo < len ? skip - lo : len);
+    top = bmax[b] > top ? bmax[b] : top;
+  }
+  // A block of NaNs alone also has the maximum -inf: the search passes over it.
+  for (size_t b = 0; b < nb; ++b) {
+    if (bmax[b] != top) continue;
+    for (size_t i = b * kArgmaxBlock; i < std::min(n, (b + 1) * kArgmaxBlock); ++i)
+      if (logits[i] == top && i != skip) return static_cast<int32_t>(i);
+  }
+  fail("sampling: no token can be chosen from {} logits (empty, all NaN or excluded)", n);
+}
+
+float Sampler::min_p_cut(float top) const {
+  // min-p keeps exactly the tokens with exp((l - top) / T) >= min_p (below), i.e. (up to the
+  // rounding of exp and log, ~1e-15) those with l >= top + T ln(min_p). The cut sits a relative
+  // 1e-6 lower and is rounded down to a float, so it keeps every such token: the candidates only
+  // shrink from the whole vocabulary to the few near the top (a default chat sample sorted all
+  // 129,280 logits, ~16 ms per token), and the result is the same.
+  if (!(settings_.min_p > 0.0f)) return -INFINITY;
+  const double span = static_cast<double>(settings_.temperature) * std::log(static_cast<double>(settings_.min_p));
+  double bound = static_cast<double>(top) + span;
+  bound -= 1e-6 * (std::fabs(bound) + std::fabs(span) + 1.0);
+  const float cut = std::nextafter(static_cast<float>(bound), -INFINITY);
+  return std::isfinite(cut) ? cut : -INFINITY;  // an infinite top logit: no cut
 }
 
 int32_t Sampler::sample(std::span<const float> logits) {
@@ -44,8 +100,9 @@ int32_t Sampler::sample(std::span<const float> logits) {
 
   // Candidates sorted by logit, descending (ties: lower id first), cut by top-k.
   candidates_.clear();
+  const float cut = min_p_cut(logits[static_cast<size_t>(top)]);
   for (size_t i = 0; i < logits.size(); ++i)
-    if (!std::isnan(logits[i])) candidates_.emplace_back(logits[i], static_cast<int32_t>(i));
+    if (logits[i] >= cut) candidates_.emplace_back(logits[i], static_cast<int32_t>(i));  // NaN never
   auto by_logit = [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   };

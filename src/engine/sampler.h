@@ -28,13 +28,16 @@ class Sampler {
   /// Picks the next token from `logits` (vocab-sized f32; NaN entries are never chosen).
   int32_t sample(std::span<const float> logits);
 
-  /// Argmax with ties to the lowest id (spec §7.8); NaN entries are skipped.
-  static int32_t argmax(std::span<const float> logits);
+  /// Argmax with ties to the lowest id (spec §7.8); NaN entries and the id `excluded` (when
+  /// >= 0) are skipped. Throws ds4::Error when no entry is left to choose.
+  static int32_t argmax(std::span<const float> logits, int32_t excluded = -1);
 
   const SamplerSettings& settings() const { return settings_; }
 
  private:
   double next_uniform();  ///< in [0, 1), 53 random bits
+  /// A logit below which min-p drops every token, given the top logit (-inf: no cut).
+  float min_p_cut(float top) const;
 
   SamplerSettings settings_;
   uint64_t state_;

@@ -117,6 +117,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   idx_query_main_ = idx_query_main_mode();
   hc_fused_ = !env_is_zero("DS4_CUDA_HC_FUSED");
   no_pdl_ = parse_no_pdl_sites(std::getenv("DS4_CUDA_NO_PDL"));
+  if (StepClock::requested()) clock_ = std::make_unique<StepClock>();
   if (StepProfile::requested()) {
     prof_ = std::make_unique<StepProfile>();
     use_graphs_ = false;
@@ -199,6 +200,8 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   head_pre_ = DeviceArray<float>(nh);
   z_ = DeviceArray<float>(D);
   logits_ = DeviceArray<float>(c.n_vocab);
+  logits_host_ = PinnedArray<float>(c.n_vocab);
+  token_host_ = PinnedArray<int32_t>(1);
   row_ = DeviceArray<float>(std::max(HD, ID));
   scores_ = DeviceArray<float>(static_cast<size_t>(std::max<int64_t>(max_comp, 1)));
   top_k_ = DeviceArray<uint32_t>(static_cast<size_t>(std::max<int64_t>(max_comp, 1)) + c.indexer_top_k);
@@ -248,6 +251,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
 CudaForward::~CudaForward() {
   if (KernelTimeline* tl = KernelTimeline::get()) tl->write();
   if (prof_) std::fputs(prof_->report().c_str(), stderr);
+  if (clock_) std::fputs(clock_->report().c_str(), stderr);
   if (pprof_ && pprof_->tokens > 0) {
     static const char* names[5] = {"HC, norms, RoPE, router, combine (batched small kernels)",
                                    "dense multi-token matvecs (attention, shared expert, router, compressors)",
@@ -307,7 +311,18 @@ void CudaForward::eval(std::span<const int32_t> tokens, int64_t pos0, std::span<
   const size_t V = c_.n_vocab;
   if (!all_logits.empty() && all_logits.size() < static_cast<size_t>(n) * V)
     fail("all_logits buffer too small");
-  tokens_.upload(tokens.data(), tokens.size(), static_cast<size_t>(pos0));
+  // A decode step's token goes through page-locked staging on stream_ (the step that returns
+  // logits synchronises before the staging is written again); prompts upload synchronously.
+  const bool staged = n == 1 && !last_logits.empty() && all_logits.empty();
+  if (staged && clock_) clock_->enter();
+  if (staged) {
+    if (clock_) clock_->queued(stream_);
+    token_host_.get()[0] = tokens[0];
+    check(cudaMemcpyAsync(tokens_.get() + pos0, token_host_.get(), sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+          "token copy");
+  } else {
+    tokens_.upload(tokens.data(), tokens.size(), static_cast<size_t>(pos0));
+  }
   if (n > 1 && batch_tokens_ > 1 && !shard_ && !prof_) {
     eval_batched(tokens, pos0, last_logits, all_logits);
     return;
@@ -369,11 +384,18 @@ void CudaForward::step(int64_t pos, float* logits) {
     }
     check(cudaGraphLaunch(exec, stream_), "cudaGraphLaunch");
   }
+  const bool timed = clock_ && want_logits;
+  if (timed) clock_->launched(stream_);
   if (want_logits)
-    check(cudaMemcpyAsync(logits, logits_.get(), c_.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+    check(cudaMemcpyAsync(logits_host_.get(), logits_.get(), c_.n_vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                          stream_),
           "logits copy");
+  if (timed) clock_->copied(stream_);
   check(cudaGetLastError(), "forward step");
-  if (want_logits) check(cudaStreamSynchronize(stream_), "forward step");
+  if (!want_logits) return;
+  check(cudaStreamSynchronize(stream_), "forward step");
+  std::memcpy(logits, logits_host_.get(), c_.n_vocab * sizeof(float));
+  if (timed) clock_->leave();
 }
 
 void CudaForward::launch_step(bool indexer_on, bool logits) {

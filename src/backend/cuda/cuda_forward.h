@@ -29,6 +29,7 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/expert_parallel.h"
+#include "backend/cuda/step_clock.h"
 #include "backend/cuda/step_profile.h"
 #include "model/config.h"
 #include "model/kv_state.h"
@@ -223,6 +224,7 @@ class CudaForward {
   int64_t max_comp_ = 0;  // most compressed rows of any layer
   bool use_graphs_ = true;
   std::unique_ptr<StepProfile> prof_;  // DS4_CUDA_PROFILE set: per-operation times, graphs off
+  std::unique_ptr<StepClock> clock_;   // DS4_CUDA_STEP_TIMES set: what lies around each decode step
   cudaStream_t stream_ = nullptr;
   cudaStream_t side_ = nullptr;                          // the HC Sinkhorn runs here, beside the sublayer
   cudaEvent_t fork_ = nullptr, join_ = nullptr;          // stream_ -> side_ and back (graph-capturable)
@@ -245,6 +247,10 @@ class CudaForward {
       kv_row_, ck_, cs_, iq_, iw_, attn_, low_, router_logits_, probs_, sel_w_, gate_, up_, mid_,
       down_, sh_down_, head_pre_, z_, logits_, row_, scores_, att_scratch_;
   DeviceArray<float> sh_gate_, sh_up_, sh_mid_;  // the shared expert's own buffers (branch stream)
+  // Page-locked staging of a decode step's token (host -> device) and logits (device -> host):
+  // asynchronous copies at full bus speed instead of the driver's pageable staging.
+  PinnedArray<int32_t> token_host_;
+  PinnedArray<float> logits_host_;
   DeviceArray<uint8_t> branch_act_;              // quantized inputs of branch-stream matvecs
   DeviceArray<uint8_t> aux_act_;                 // quantized inputs of aux-stream matvecs
   std::optional<ExpertShard> shard_;

@@ -64,4 +64,40 @@ class DeviceArray {
   size_t n_ = 0;
 };
 
+/// A page-locked host buffer of `n` elements of T (cudaMallocHost), so that copies between it
+/// and the device run at full bus speed and cudaMemcpyAsync stays asynchronous. Move-only.
+/// Throws ds4::Error when the allocation fails.
+template <typename T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  explicit PinnedArray(size_t n) : n_(n) {
+    if (n == 0) return;
+    const cudaError_t st = cudaMallocHost(reinterpret_cast<void**>(&p_), n * sizeof(T));
+    if (st != cudaSuccess) {
+      p_ = nullptr;
+      fail("cannot allocate {:.1f} MiB of page-locked host memory: {}",
+           static_cast<double>(n * sizeof(T)) / (1 << 20), cudaGetErrorString(st));
+    }
+  }
+  PinnedArray(PinnedArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  PinnedArray& operator=(PinnedArray&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+  ~PinnedArray() {
+    if (p_) cudaFreeHost(p_);
+  }
+
+  T* get() const { return p_; }
+  size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
 }  // namespace ds4::cuda
