@@ -60,23 +60,20 @@ float block_max(const float* p, size_t n, size_t skip) {
 }  // namespace
 
 int32_t Sampler::argmax(std::span<const float> logits, int32_t excluded) {
-  // Two passes: the maximum of every block, then the first block holding the overall maximum
-  // is searched for its first index (ties to the lowest id; -0 == +0 ties too).
-  const size_t n = logits.size(), nb = (n + kArgmaxBlock - 1) / kArgmaxBlock;
+  // The maximum block by block, remembering the first block that raised it; that block holds
+  // the maximum's first index (ties to the lowest id; -0 == +0 ties too). With a maximum of
+  // -inf (or nothing but NaN) no block raised it and the search starts at 0.
+  const size_t n = logits.size();
   const size_t skip = excluded < 0 ? n : static_cast<size_t>(excluded);
-  std::vector<float> bmax(nb);
   float top = -INFINITY;
-  for (size_t b = 0; b < nb; ++b) {
-    const size_t lo = b * kArgmaxBlock, len = std::min(kArgmaxBlock, n - lo);
-    bmax[b] = block_max(logits.data() + lo, len, skip - lo < len ? skip - lo : len);
-    top = bmax[b] > top ? bmax[b] : top;
+  size_t from = 0;
+  for (size_t lo = 0; lo < n; lo += kArgmaxBlock) {
+    const size_t len = std::min(kArgmaxBlock, n - lo);
+    const float m = block_max(logits.data() + lo, len, skip - lo < len ? skip - lo : len);
+    if (m > top) top = m, from = lo;
   }
-  // A block of NaNs alone also has the maximum -inf: the search passes over it.
-  for (size_t b = 0; b < nb; ++b) {
-    if (bmax[b] != top) continue;
-    for (size_t i = b * kArgmaxBlock; i < std::min(n, (b + 1) * kArgmaxBlock); ++i)
-      if (logits[i] == top && i != skip) return static_cast<int32_t>(i);
-  }
+  for (size_t i = from; i < n; ++i)
+    if (logits[i] == top && i != skip) return static_cast<int32_t>(i);
   fail("sampling: no token can be chosen from {} logits (empty, all NaN or excluded)", n);
 }
 

@@ -105,7 +105,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
          c.n_indexer_head, c.indexer_head_dim, kMaxIndexerHeads, kMinIndexerDim, kMaxIndexerDim);
   n_pair_ = static_cast<int>(c.n_rot / 2);
   batch_tokens_ = default_batch_tokens();
-  if (const char* pp = std::getenv("DS4_CUDA_PREFILL_PROFILE"); pp && std::strcmp(pp, "0") != 0)
+  if (env_is_on("DS4_CUDA_PREFILL_PROFILE"))
     pprof_ = std::make_unique<PrefillProfile>();
   use_graphs_ = !env_is_zero("DS4_CUDA_GRAPH");
   graph_skip_regex();  // an invalid DS4_CUDA_GRAPH_SKIP fails here, when the session is made
@@ -200,8 +200,8 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   head_pre_ = DeviceArray<float>(nh);
   z_ = DeviceArray<float>(D);
   logits_ = DeviceArray<float>(c.n_vocab);
-  logits_host_ = PinnedArray<float>(c.n_vocab);
-  token_host_ = PinnedArray<int32_t>(1);
+  logits_host_ = pinned_array<float>(c.n_vocab);
+  token_host_ = pinned_array<int32_t>(1);
   row_ = DeviceArray<float>(std::max(HD, ID));
   scores_ = DeviceArray<float>(static_cast<size_t>(std::max<int64_t>(max_comp, 1)));
   top_k_ = DeviceArray<uint32_t>(static_cast<size_t>(std::max<int64_t>(max_comp, 1)) + c.indexer_top_k);
@@ -314,9 +314,11 @@ void CudaForward::eval(std::span<const int32_t> tokens, int64_t pos0, std::span<
   // A decode step's token goes through page-locked staging on stream_ (the step that returns
   // logits synchronises before the staging is written again); prompts upload synchronously.
   const bool staged = n == 1 && !last_logits.empty() && all_logits.empty();
-  if (staged && clock_) clock_->enter();
   if (staged) {
-    if (clock_) clock_->queued(stream_);
+    if (clock_) {
+      clock_->enter();
+      clock_->queued(stream_);
+    }
     token_host_.get()[0] = tokens[0];
     check(cudaMemcpyAsync(tokens_.get() + pos0, token_host_.get(), sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
           "token copy");

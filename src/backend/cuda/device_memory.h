@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <utility>
 
 #include "common/error.h"
@@ -64,40 +65,25 @@ class DeviceArray {
   size_t n_ = 0;
 };
 
-/// A page-locked host buffer of `n` elements of T (cudaMallocHost), so that copies between it
-/// and the device run at full bus speed and cudaMemcpyAsync stays asynchronous. Move-only.
-/// Throws ds4::Error when the allocation fails.
-template <typename T>
-class PinnedArray {
- public:
-  PinnedArray() = default;
-  explicit PinnedArray(size_t n) : n_(n) {
-    if (n == 0) return;
-    const cudaError_t st = cudaMallocHost(reinterpret_cast<void**>(&p_), n * sizeof(T));
-    if (st != cudaSuccess) {
-      p_ = nullptr;
-      fail("cannot allocate {:.1f} MiB of page-locked host memory: {}",
-           static_cast<double>(n * sizeof(T)) / (1 << 20), cudaGetErrorString(st));
-    }
-  }
-  PinnedArray(PinnedArray&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
-  PinnedArray& operator=(PinnedArray&& o) noexcept {
-    std::swap(p_, o.p_);
-    std::swap(n_, o.n_);
-    return *this;
-  }
-  PinnedArray(const PinnedArray&) = delete;
-  PinnedArray& operator=(const PinnedArray&) = delete;
-  ~PinnedArray() {
-    if (p_) cudaFreeHost(p_);
-  }
-
-  T* get() const { return p_; }
-  size_t size() const { return n_; }
-
- private:
-  T* p_ = nullptr;
-  size_t n_ = 0;
+/// Frees page-locked host memory (cudaFreeHost).
+struct PinnedFree {
+  void operator()(void* p) const { cudaFreeHost(p); }
 };
+/// A page-locked host buffer: copies between it and the device run at full bus speed and
+/// cudaMemcpyAsync stays asynchronous.
+template <typename T>
+using PinnedArray = std::unique_ptr<T[], PinnedFree>;
+
+/// Allocates a PinnedArray of `n` elements of T (cudaMallocHost; uninitialised). Throws
+/// ds4::Error when the allocation fails.
+template <typename T>
+PinnedArray<T> pinned_array(size_t n) {
+  void* p = nullptr;
+  const cudaError_t st = cudaMallocHost(&p, n * sizeof(T));
+  if (st != cudaSuccess)
+    fail("cannot allocate {:.1f} MiB of page-locked host memory: {}", static_cast<double>(n * sizeof(T)) / (1 << 20),
+         cudaGetErrorString(st));
+  return PinnedArray<T>(static_cast<T*>(p));
+}
 
 }  // namespace ds4::cuda

@@ -329,6 +329,11 @@ bool env_is_zero(const char* name) {
   return v && std::strcmp(v, "0") == 0;
 }
 
+bool env_is_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::strcmp(v, "0") != 0;
+}
+
 bool pdl_enabled() {
   static const bool off = env_is_zero("DS4_CUDA_PDL") || StepProfile::requested();
   if (off) return false;

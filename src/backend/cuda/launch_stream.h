@@ -50,4 +50,8 @@ bool pdl_enabled();
 /// default path off (docs/architecture.md).
 bool env_is_zero(const char* name);
 
+/// True when environment variable `name` is set, non-empty and not "0": the DS4_CUDA_* switches
+/// that turn a diagnostic on (DS4_CUDA_PROFILE, DS4_CUDA_STEP_TIMES, DS4_CUDA_PREFILL_PROFILE).
+bool env_is_on(const char* name);
+
 }  // namespace ds4::cuda

@@ -1,12 +1,11 @@
 #include "backend/cuda/step_clock.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include <fmt/format.h>
 
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/launch_stream.h"
 
 namespace ds4::cuda {
 namespace {
@@ -21,13 +20,7 @@ double us(std::chrono::steady_clock::duration d) { return std::chrono::duration<
 
 }  // namespace
 
-bool StepClock::requested() {
-  static const bool on = [] {
-    const char* v = std::getenv("DS4_CUDA_STEP_TIMES");
-    return v && *v && std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
+bool StepClock::requested() { return env_is_on("DS4_CUDA_STEP_TIMES"); }
 
 StepClock::StepClock() {
   for (cudaEvent_t& e : ev_) check(cudaEventCreate(&e), "step clock events");
@@ -62,15 +55,16 @@ void StepClock::leave() {
   device_.push_back(1e3 * dev);
   copy_.push_back(1e3 * copy);
   wait_.push_back(us(left_ - launched_));
-  total_.push_back(us(left_ - enter_));
 }
 
 std::string StepClock::report() const {
-  if (total_.empty()) return {};
+  if (wait_.empty()) return {};
+  std::vector<double> total(wait_.size());
+  for (size_t i = 0; i < total.size(); ++i) total[i] = enqueue_[i] + wait_[i];
   return fmt::format(
       "ds4 CUDA step times ({} decode steps, median us): between steps {:.1f}, eval {:.1f} = enqueue {:.1f} + "
       "wait {:.1f}; device: queued -> graph end {:.1f}, logits copy {:.1f}\n",
-      total_.size(), median(between_), median(total_), median(enqueue_), median(wait_), median(device_),
+      total.size(), median(between_), median(total), median(enqueue_), median(wait_), median(device_),
       median(copy_));
 }
 

@@ -44,8 +44,8 @@ class StepClock {
   cudaEvent_t ev_[3] = {};
   Clock::time_point enter_{}, launched_{}, left_{};
   bool have_left_ = false;
-  // Per step, us: between steps, enqueue, device (queued -> graph end), copy, wait, eval total.
-  std::vector<double> between_, enqueue_, device_, copy_, wait_, total_;
+  // Per step, us: between steps, enqueue, device (queued -> graph end), copy, wait.
+  std::vector<double> between_, enqueue_, device_, copy_, wait_;
 };
 
 }  // namespace ds4::cuda

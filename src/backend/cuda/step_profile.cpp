@@ -1,20 +1,16 @@
 #include "backend/cuda/step_profile.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include <fmt/format.h>
 
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch_stream.h"
 
 namespace ds4::cuda {
 
-bool StepProfile::requested() {
-  const char* v = std::getenv("DS4_CUDA_PROFILE");
-  return v && *v && std::strcmp(v, "0") != 0;
-}
+bool StepProfile::requested() { return env_is_on("DS4_CUDA_PROFILE"); }
 
 StepProfile::~StepProfile() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
