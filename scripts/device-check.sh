@@ -38,6 +38,8 @@
 # variables set.
 # ROUNDS: how many times decode / prefill alternate the entries (default 2; even rounds run them
 # in reverse order, so that a drift along a round — clocks, temperature — cancels in pairs).
+# SYNTH_LAYERS: generate only the synthetic model's first N layers (ds4-bench --synthetic-layers;
+# on an H100, where flash-q2's 43 layers do not fit: 36 do); every "@DIR" binary must know the flag.
 # DECODE_CTX_MAX: the decode step's largest context (default 32768; 2048: the 2K run only).
 # Logs go to $OUT (the device tool's folder) or ./device-out.
 set -uo pipefail
@@ -90,6 +92,11 @@ for entry in $AB; do  # every "@DIR" must hold a ds4-bench before any step runs
   fi
 done
 OUT=${OUT:-$PWD/device-out}
+SYNTH=(--synthetic flash-q2)
+if [ -n "${SYNTH_LAYERS:-}" ]; then
+  [[ $SYNTH_LAYERS =~ ^[1-9][0-9]*$ ]] || { echo "$0: SYNTH_LAYERS must be a positive integer, not '$SYNTH_LAYERS'" >&2; exit 2; }
+  SYNTH+=(--synthetic-layers "$SYNTH_LAYERS")
+fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$BIN/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -163,7 +170,7 @@ for step in $STEPS; do
             prefill) args=(--ctx-start 2048 --ctx-max 8192 --step-mul 4 -n 4) ;;
             kprof) args=(--kernel-profile --ctx-start 2048 --ctx-max 2048 -n 1) ;;
           esac
-          with_env "$entry" "$(bench_of "$entry")" --cuda --synthetic flash-q2 "${args[@]}" \
+          with_env "$entry" "$(bench_of "$entry")" --cuda "${SYNTH[@]}" "${args[@]}" \
             --csv "$OUT/$tag.csv" >"$OUT/$tag.log" 2>&1
           if [ "$step" = kprof ]; then
             summary+=("$tag: $(grep -iE 'total' "$OUT/$tag.log" | tail -1)")
@@ -185,7 +192,7 @@ for step in $STEPS; do
       DS4_CUDA_GRAPH=0 DS4_CUDA_PDL=0 ncu --clock-control none -k "regex:${KERNEL:-rowslice}" -c "${NCU_COUNT:-4}" \
         --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
         --section LaunchStats --section SchedulerStats --metrics "$(stall_metrics)" "${src[@]}" \
-        "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state --ctx-start "${PROFILE_CTX:-2048}" \
+        "$BIN/ds4-bench" --cuda "${SYNTH[@]}" --fill-state --ctx-start "${PROFILE_CTX:-2048}" \
         --ctx-max "${PROFILE_CTX:-2048}" -n 1 >"$OUT/ncu${src:+-run}.log" 2>&1  # with -o: the run's log apart
       if [ ${#src[@]} -gt 0 ]; then
         ncu --import "$OUT/ncu.ncu-rep" --print-details all >"$OUT/ncu.log" 2>&1
@@ -196,7 +203,7 @@ for step in $STEPS; do
       ;;
     ktime)  # one metric, no replay: each kernel of 2 decode steps timed alone (weight generation and layout excluded)
       ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --print-units base \
-        -k 'regex:^(?!synth|split_rows)' "$BIN/ds4-bench" --cuda --synthetic flash-q2 --fill-state \
+        -k 'regex:^(?!synth|split_rows)' "$BIN/ds4-bench" --cuda "${SYNTH[@]}" --fill-state \
         --ctx-start "${PROFILE_CTX:-2048}" --ctx-max "${PROFILE_CTX:-2048}" -n 2 >"$OUT/ktime.csv" 2>"$OUT/ktime.err"
       # Fields: ..., "Kernel Name" (5), ..., "Metric Value" (15); steps = embed launches.
       awk -F'","' '$13 == "gpu__time_duration.sum" {v = $15; gsub(/[",]/, "", v); n[$5]++; t[$5] += v; if ($5 ~ /embed/) steps++}
@@ -210,7 +217,7 @@ for step in $STEPS; do
       for entry in $AB; do
         tag="timeline.${entry//[^A-Za-z0-9_]/_}"
         with_env "$entry" env DS4_CUDA_TIMELINE="$OUT/$tag" DS4_CUPTI_LIBRARY="$(ls "$BIN"/lib/libcupti.so* 2>/dev/null | head -1)" \
-          "$(bench_of "$entry")" --cuda --synthetic flash-q2 --fill-state --ctx-start "${PROFILE_CTX:-2048}" \
+          "$(bench_of "$entry")" --cuda "${SYNTH[@]}" --fill-state --ctx-start "${PROFILE_CTX:-2048}" \
           --ctx-max "${PROFILE_CTX:-2048}" -n 8 >"$OUT/$tag.log" 2>&1
         summary+=("$tag: $(grep -E 'DS4_CUDA_TIMELINE|decode' "$OUT/$tag.log" | tr -s ' ' | tr '\n' ';')")
       done
@@ -218,7 +225,7 @@ for step in $STEPS; do
     sprof)  # once per entry of $AB; the summary keeps the routed experts', the indexer's and the attention's lines
       for entry in $AB; do
         tag="sprof.${entry//[^A-Za-z0-9_]/_}"
-        with_env "$entry" env DS4_CUDA_PROFILE=1 "$(bench_of "$entry")" --cuda --synthetic flash-q2 --fill-state \
+        with_env "$entry" env DS4_CUDA_PROFILE=1 "$(bench_of "$entry")" --cuda "${SYNTH[@]}" --fill-state \
           --ctx-start "${PROFILE_CTX:-2048}" --ctx-max "${PROFILE_CTX:-2048}" -n 4 >"$OUT/$tag.log" 2>&1
         summary+=("$tag: $(grep -E '_exps|indexer|attention|step profile' "$OUT/$tag.log" | tr -s ' ' | tr '\n' ';')")
       done

@@ -70,6 +70,10 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   app.add_option("--synthetic", o.synthetic,
                  "Full-size synthetic model generated in GPU memory: flash-q2, flash-q4 or pro-q2 (--cuda)");
   app.add_option("--seed", o.seed, "Seed of the synthetic weights and prompt");
+  app.add_option("--synthetic-layers", o.synthetic_layers,
+                 "Generate only the first N layers of the --synthetic model (one that does not fit the GPU; "
+                 "per-token rates then cover N layers)")
+      ->check(ds4::whole_number());
   std::optional<std::string> gpu_devices, gpu_vram;
   app.add_option("--gpu-devices", gpu_devices,
                  "CUDA devices, e.g. 0,1: --synthetic splits routed experts over them (0,0: two ranks on one GPU)")
@@ -120,8 +124,10 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
       fail("--ctx-alloc ({}) must be greater than ctx-max + gen-tokens ({})", o.ctx_alloc,
            o.ctx_max + o.gen_tokens);
   };
+  if (o.synthetic_layers && !o.synthetic) fail("--synthetic-layers needs --synthetic NAME");
   if (o.synthetic) {
-    synth::parse_synthetic(*o.synthetic);  // throws for an unknown name (checked first: that is the fix to make)
+    const synth::SyntheticSpec spec = synth::parse_synthetic(*o.synthetic);  // an unknown name first: the fix to make
+    if (o.synthetic_layers) synth::with_layers(spec, *o.synthetic_layers);
     if (o.backend != "cuda") fail("--synthetic needs the CUDA backend (--cuda)");
     if (!o.model.empty()) fail("--synthetic generates the model; do not give -m");
     if (o.prompt_file || o.chat_prompt_file)

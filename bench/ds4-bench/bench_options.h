@@ -38,6 +38,7 @@ struct BenchOptions {
   int64_t memcpy_mib = 256;                     ///< size of the DRAM memcpy reference; 0 = skip
   std::optional<std::string> synthetic;         ///< synthetic model: flash-q2, flash-q4, pro-q2 (CUDA)
   uint64_t seed = 1;                            ///< synthetic weights and prompt seed
+  std::optional<uint32_t> synthetic_layers;     ///< --synthetic-layers: the model's first N layers only
   std::vector<int> gpu_devices;                 ///< --gpu-devices; empty = device 0 alone. With
                                                 ///< --synthetic and 2+ entries: expert parallel
                                                 ///< (repeats = ranks sharing a GPU); with -m:
@@ -55,7 +56,8 @@ struct BenchOptions {
 /// prompt file, not exactly one of --prompt-file/--chat-prompt-file (at most one with
 /// --fill-state, which reads none when neither is given), --ctx-start > --ctx-max,
 /// --ctx-alloc <= ctx-max + gen-tokens, --synthetic without --cuda, an unknown synthetic name,
-/// --synthetic with -m or a prompt file, a bad --gpu-devices list (repeats are allowed), a
+/// --synthetic with -m or a prompt file, --synthetic-layers without --synthetic or outside the
+/// model's 1..n_layer, a bad --gpu-devices list (repeats are allowed), a
 /// negative or malformed --gpu-vram, --gpu-vram with more than one cap but not one per
 /// --gpu-devices entry, --gpu-devices without --cuda, and --kernel-profile with several
 /// devices. Does not open the model.

@@ -158,6 +158,13 @@ TEST(Options, RejectsBadInput) {
   expect_rejected({"--cuda", "--synthetic", "flash-q2", "--gpu-vram", "-1"}, "--gpu-vram");
   expect_rejected({"--cuda", "--synthetic", "flash-q2", "--ctx-start", "64", "--ctx-max", "32"},
                   "--ctx-start (64) must be <= --ctx-max (32)");
+  expect_rejected({"--cuda", "--fill-state", "--synthetic-layers", "8"}, "--synthetic-layers needs --synthetic NAME");
+  expect_rejected({"--cuda", "--synthetic", "flash-q2", "--synthetic-layers", "44"},
+                  "synthetic flash-q2: 44 layers requested, the model has 1..43");
+  expect_rejected({"--cuda", "--synthetic", "flash-q2", "--synthetic-layers", "0"}, "the model has 1..43");
+  expect_rejected({"--cuda", "--synthetic", "flash-q2", "--synthetic-layers", "-3"}, "--synthetic-layers");
+  EXPECT_EQ(parse_bench_options({"--cuda", "--synthetic", "pro-q2", "--synthetic-layers", "61"}, kModel)
+                ->synthetic_layers, 61u);
   const auto ok = parse_bench_options({"--cuda", "--synthetic", "pro-q2", "--gpu-vram", "40", "--seed", "9",
                                        "--kernel-profile"}, kModel);
   ASSERT_TRUE(ok.has_value());

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <string>
 
@@ -38,6 +39,35 @@ TEST(SyntheticSpec, NamesResolveToTheRealShapesAndRecipes) {
   EXPECT_NE(error_of([] { parse_synthetic("flash"); })
                 .find("unknown synthetic model 'flash' (expected flash-q2, flash-q4 or pro-q2)"),
             std::string::npos);
+}
+
+// --synthetic-layers: the first N layers with the full model's per-layer schedule, the plan
+// smaller by exactly the dropped layers' tensors, and N outside 1..n_layer refused.
+TEST(SyntheticSpec, WithLayersKeepsTheFirstLayersOfTheSchedule) {
+  const SyntheticSpec full = parse_synthetic("flash-q2");
+  const SyntheticSpec cut = with_layers(full, 5);
+  EXPECT_EQ(cut.name, "flash-q2 (first 5 of 43 layers)");
+  EXPECT_EQ(cut.config.n_layer, 5u);
+  EXPECT_EQ(cut.config.n_hash_layer, 3u);
+  EXPECT_EQ(cut.config.compress_ratios, std::vector<uint32_t>(full.config.compress_ratios.begin(),
+                                                              full.config.compress_ratios.begin() + 5));
+  EXPECT_EQ(cut.config.swiglu_clamp.size(), 5u);
+  EXPECT_EQ(with_layers(full, 2).config.n_hash_layer, 2u);
+  EXPECT_EQ(with_layers(full, 43).config, full.config);
+  EXPECT_EQ(with_layers(full, 43).name, "flash-q2");
+  // The plan's weights: the full model's less the tensors of layers 5..42 (every tensor whose
+  // name starts "blk.N." for N >= 5), counted from expected_tensors independently.
+  auto type_of = [](const model::TensorSpec& s) { return model::recipe_type(s, Recipe::q2); };
+  uint64_t dropped = 0;
+  for (const model::TensorSpec& t : model::expected_tensors(full.config)) {
+    int il = -1;
+    if (std::sscanf(t.name.c_str(), "blk.%d.", &il) == 1 && il >= 5) dropped += device_tensor_bytes(t, type_of(t));
+  }
+  EXPECT_GT(dropped, uint64_t{60} << 30);
+  EXPECT_EQ(plan_memory(cut.config, type_of, 4096).weights + dropped,
+            plan_memory(full.config, type_of, 4096).weights);
+  EXPECT_NE(error_of([&] { with_layers(full, 0); }).find("0 layers requested, the model has 1..43"), std::string::npos);
+  EXPECT_NE(error_of([&] { with_layers(full, 44); }).find("44 layers requested"), std::string::npos);
 }
 
 // Flash q2 weights by hand (spec §2.2 shapes, bytes per block: Q8_0 34/32, Q2_K 84/256,

@@ -63,6 +63,20 @@ SyntheticSpec parse_synthetic(std::string_view name) {
   return s;
 }
 
+SyntheticSpec with_layers(SyntheticSpec spec, uint32_t n_layer) {
+  model::Config& c = spec.config;
+  if (n_layer < 1 || n_layer > c.n_layer)
+    fail("synthetic {}: {} layers requested, the model has 1..{}", spec.name, n_layer, c.n_layer);
+  if (n_layer == c.n_layer) return spec;
+  spec.name += fmt::format(" (first {} of {} layers)", n_layer, c.n_layer);
+  c.n_layer = n_layer;
+  c.n_hash_layer = std::min(c.n_hash_layer, n_layer);
+  c.compress_ratios.resize(n_layer);
+  c.swiglu_clamp.resize(n_layer);
+  c.validate(spec.name);
+  return spec;
+}
+
 uint64_t tensor_seed(uint64_t model_seed, std::string_view tensor_name) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : tensor_name) h = (h ^ ch) * 1099511628211ull;

@@ -32,6 +32,14 @@ std::vector<std::string_view> synthetic_names();
 /// flash-q2, flash-q4 or pro-q2)".
 SyntheticSpec parse_synthetic(std::string_view name);
 
+/// `spec` cut to its first `n_layer` layers (ds4-bench --synthetic-layers: measure a model that
+/// does not fit the GPU on part of its depth; per-token rates then cover those layers only).
+/// Per-layer arrays (compress ratios, SwiGLU clamps) keep their first n_layer entries, the hash
+/// layers their count capped at n_layer; every shape and quant type of a kept layer is the full
+/// model's. The name gains " (first N of M layers)" when N < M. Throws ds4::Error when n_layer is
+/// 0 or more than the model has.
+SyntheticSpec with_layers(SyntheticSpec spec, uint32_t n_layer);
+
 /// Seed of one tensor: the model seed mixed with the tensor name (FNV-1a), so a tensor's
 /// values do not depend on the order tensors are generated.
 uint64_t tensor_seed(uint64_t model_seed, std::string_view tensor_name);
