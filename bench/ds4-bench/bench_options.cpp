@@ -126,8 +126,7 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   };
   if (o.synthetic_layers && !o.synthetic) fail("--synthetic-layers needs --synthetic NAME");
   if (o.synthetic) {
-    const synth::SyntheticSpec spec = synth::parse_synthetic(*o.synthetic);  // an unknown name first: the fix to make
-    if (o.synthetic_layers) synth::with_layers(spec, *o.synthetic_layers);
+    synthetic_spec(o);  // an unknown name or layer count first: the fix to make
     if (o.backend != "cuda") fail("--synthetic needs the CUDA backend (--cuda)");
     if (!o.model.empty()) fail("--synthetic generates the model; do not give -m");
     if (o.prompt_file || o.chat_prompt_file)
@@ -149,6 +148,11 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
   if (!std::filesystem::is_regular_file(o.model)) fail("model file {} does not exist", o.model);
   check_frontiers();
   return o;
+}
+
+synth::SyntheticSpec synthetic_spec(const BenchOptions& o) {
+  const synth::SyntheticSpec spec = synth::parse_synthetic(o.synthetic.value());
+  return o.synthetic_layers ? synth::with_layers(spec, *o.synthetic_layers) : spec;
 }
 
 }  // namespace ds4::bench

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/synthetic/synthetic_model.h"
+
 namespace ds4::bench {
 
 /// Everything ds4-bench was asked to do. Filled and validated by parse_bench_options().
@@ -66,5 +68,9 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
 
 /// The session context the sweep allocates: options.ctx_alloc, or ctx_max + gen_tokens + 1.
 int64_t effective_ctx_alloc(const BenchOptions& options);
+
+/// The --synthetic model of validated options `o` (its name resolved, cut to --synthetic-layers
+/// when given). Throws ds4::Error as parse_synthetic / with_layers do. Requires o.synthetic.
+synth::SyntheticSpec synthetic_spec(const BenchOptions& o);
 
 }  // namespace ds4::bench

@@ -86,8 +86,7 @@ void load_synthetic_expert_parallel(const BenchOptions& o, int64_t ctx, Loaded& 
 /// --synthetic: prints the memory plan, then generates the model in GPU memory (which checks
 /// the plan against the free memory and --gpu-vram first); the prompt is seeded random ids.
 void load_synthetic(const BenchOptions& o, Loaded& l) {
-  l.spec = ds4::synth::parse_synthetic(*o.synthetic);
-  if (o.synthetic_layers) l.spec = ds4::synth::with_layers(*l.spec, *o.synthetic_layers);
+  l.spec = ds4::bench::synthetic_spec(o);
   const int64_t ctx = ds4::bench::effective_ctx_alloc(o);
 #ifdef DS4_BENCH_CUDA
   if (o.gpu_devices.size() > 1) {
