@@ -648,6 +648,10 @@ TEST_F(CudaKernels, QuantizeRowsMatchesCpu) {
     }
     x[5] = std::numeric_limits<float>::quiet_NaN();
     for (int64_t i = 0; i < 32; ++i) x[static_cast<size_t>(c.stride + i)] = std::numeric_limits<float>::quiet_NaN();
+    // Row 0's first 256 values: the largest |x| twice, negative first (its sign sets the scale);
+    // lane 12's value 3 and lane 25's value 0 of a Q8_K block's warp.
+    x[99] = -50.0f;
+    x[200] = 50.0f;
     const size_t ab = quant::act_row_bytes(c.act, c.cols);
     std::vector<uint8_t> want(ab * static_cast<size_t>(c.rows));
     for (int r = 0; r < c.rows; ++r) quant::quantize_activation(c.act, &x[static_cast<size_t>(r * c.stride)], &want[r * ab], c.cols);

@@ -43,8 +43,8 @@ __device__ float c_mx_half[256];
 __device__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
 
-// Sources of the values to quantize: element i of row r, and load8 for elements i..i+7 (i a
-// multiple of 8), by 16-byte loads where the address allows.
+// Sources of the values to quantize: load8 gives elements i..i+7 of row r (i a multiple of 8),
+// by 16-byte loads where the address allows.
 __device__ void load_f32x8(const float* p, float (&v)[8]) {
   if (reinterpret_cast<uintptr_t>(p) % 16 == 0) {
     const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
@@ -56,7 +56,6 @@ __device__ void load_f32x8(const float* p, float (&v)[8]) {
 struct RowSrc {  // a plain f32 row
   const float* x;
   int64_t stride;
-  __device__ float operator()(int64_t r, int64_t i) const { return x[r * stride + i]; }
   __device__ void load8(int64_t r, int64_t i, float (&v)[8]) const { load_f32x8(x + r * stride + i, v); }
 };
 struct SwigluSrc {  // SwiGLU of expert hidden rows (swiglu_kernel's formula)
@@ -65,9 +64,6 @@ struct SwigluSrc {  // SwiGLU of expert hidden rows (swiglu_kernel's formula)
   int64_t n;
   float clamp;
   const float* w;
-  __device__ float operator()(int64_t r, int64_t i) const {
-    return swiglu_value(gate[r * n + i], up[r * n + i], clamp, w ? w[r] : 1.0f);
-  }
   __device__ void load8(int64_t r, int64_t i, float (&v)[8]) const {
     float g[8], u[8];
     load_f32x8(gate + r * n + i, g);
@@ -95,7 +91,20 @@ __global__ void quant_q8_0_kernel(Src src, int64_t cols, int rows, uint8_t* act,
   quantize_q8_0_blocks8(v, lane, live, reinterpret_cast<BQ8_0Act*>(act + r * act_bytes) + b);
 }
 
-// One warp per 256-value block (quantize_q8_k_block).
+// Value k (0..255) of the 256 values a warp holds 8 per lane (lane l: values 8l..8l+7), for
+// every lane (k uniform across the warp; the whole warp calls it).
+__device__ __forceinline__ float warp_value8(const float (&v)[8], int k) {
+  float mine = v[0];
+#pragma unroll
+  for (int t = 1; t < 8; ++t)
+    if ((k & 7) == t) mine = v[t];
+  return __shfl_sync(0xffffffffu, mine, k >> 3);
+}
+
+// One warp per 256-value block (quantize_q8_k_block). The block's largest value comes from the
+// lane holding it (the value load8 produced), not from a second load and evaluation of the
+// source after the warp's reduction (H100, perf-notes session 28: +0.1-0.3 %, within
+// the spread; kept as the simpler of two equal forms).
 template <class Src>
 __global__ void quant_q8_k_kernel(Src src, int64_t cols, int rows, uint8_t* act, size_t act_bytes) {
   pdl_wait();
@@ -107,8 +116,8 @@ __global__ void quant_q8_k_kernel(Src src, int64_t cols, int rows, uint8_t* act,
   const int64_t r = i / nb, b = i % nb;
   float v[8];
   src.load8(r, b * 256 + 8 * lane, v);
-  quantize_q8_k_block(v, lane, reinterpret_cast<BQ8_K*>(act + r * act_bytes) + b,
-                      [&](int k) { return src(r, b * 256 + k); });
+  BQ8_K* y = reinterpret_cast<BQ8_K*>(act + r * act_bytes) + b;
+  quantize_q8_k_block(v, lane, y, [&](int k) { return warp_value8(v, k); });
 }
 
 // ---- the matvec ------------------------------------------------------------------------------
@@ -814,10 +823,12 @@ __device__ __forceinline__ int rs_bsum(uint32_t pair, int hi) {  // int16 half o
 
 // The integer sums of lane slice s against its activation values xq (32 kG values, 16-byte
 // aligned) and their 2 kG bsums (bs): isum the scaled code dot, summs the min correction
-// (K-quants). grid: this lane's copy of the IQ2_XXS grid (entry e at grid[e * kRsGridCopies]).
-template <uint32_t T, int kG>
+// (K-quants). grid: this lane's copy of the IQ2_XXS grid (entry e at grid[e * kRsGridCopies]);
+// with kSt, signs: this lane's copy of the IQ2_XXS sign masks (rs_sign_mask of s at
+// signs[s * kRsGridCopies]) in place of computing them.
+template <uint32_t T, int kG, bool kSt = false>
 __device__ __forceinline__ void rs_dots(const RsSlice<T, kG>& w, const uint8_t* xq, const uint8_t* bs, int s,
-                                        const uint64_t* grid, int& isum, int& summs) {
+                                        const uint64_t* grid, const uint64_t* signs, int& isum, int& summs) {
   isum = summs = 0;
   int bsum[2 * kG];
   if constexpr (T != kIQ2_XXS) {
@@ -846,8 +857,14 @@ __device__ __forceinline__ void rs_dots(const RsSlice<T, kG>& w, const uint8_t* 
       for (int e = 0; e < 4; ++e) {
         const uint64_t g = grid[((a0 >> (8 * e)) & 0xff) * kRsGridCopies];
         const uint32_t s7 = (a1 >> (7 * e)) & 127;
-        const uint32_t mlo = rs_sign_bytes(s7 * 0x10204080u);
-        const uint32_t mhi = rs_sign_bytes((s7 >> 4) * 0x10204080u + (static_cast<uint32_t>(__popc(s7)) << 31));
+        uint32_t mlo, mhi;
+        if constexpr (kSt) {
+          const uint64_t m = signs[s7 * kRsGridCopies];
+          mlo = static_cast<uint32_t>(m), mhi = static_cast<uint32_t>(m >> 32);
+        } else {
+          mlo = rs_sign_bytes(s7 * 0x10204080u);
+          mhi = rs_sign_bytes((s7 >> 4) * 0x10204080u + (static_cast<uint32_t>(__popc(s7)) << 31));
+        }
         sp[0] = __dp4a(static_cast<int>(static_cast<uint32_t>(g) ^ mlo), ys[2 * e], sp[0]);
         sn[0] = __dp4a(static_cast<int>(mlo), ys[2 * e], sn[0]);
         sp[1] = __dp4a(static_cast<int>(static_cast<uint32_t>(g >> 32) ^ mhi), ys[2 * e + 1], sp[1]);
@@ -886,6 +903,14 @@ __device__ __forceinline__ void rs_dots(const RsSlice<T, kG>& w, const uint8_t* 
       summs += mn * (bsum[2 * gi] + bsum[2 * gi + 1]);
     }
   }
+}
+
+// The 8 sign bytes of IQ2_XXS sign index s7 (0..127) as rs_dots computes them: byte i is 0xff
+// when value i is negated (bit i of s7; the 8th: the parity of s7, ksigns_iq2xs).
+__device__ __forceinline__ uint64_t rs_sign_mask(uint32_t s7) {
+  const uint32_t lo = rs_sign_bytes(s7 * 0x10204080u);
+  const uint32_t hi = rs_sign_bytes((s7 >> 4) * 0x10204080u + (static_cast<uint32_t>(__popc(s7)) << 31));
+  return static_cast<uint64_t>(hi) << 32 | lo;
 }
 
 // The block's f32 value from its completed integer sums (k_block_value's steps).
@@ -930,11 +955,13 @@ constexpr int rs_min_blocks(uint32_t T, int kL, int kR) {
 // Block x of job z, group y: rows r0 + k kRows + (warp's rows) for k < kR (kR rows per lane
 // slice, kRows = the block's row slots), each row's blocks loaded kAhead ahead and summed as for
 // kR = 1 (the same value per row); the kR rows of a lane share every activation load.
-template <uint32_t T, int kL, int kR>
+// kSt (IQ2_XXS): the sign masks from a table in shared memory (iq2_sign_table).
+template <uint32_t T, int kL, int kR, bool kSt = false>
 __global__ void __launch_bounds__(kRsWarps * 32, rs_min_blocks(T, kL, kR)) matvec_rowslice_kernel(MatvecJobs jobs) {
   mv_trigger_start(jobs);
   extern __shared__ __align__(16) uint8_t rsm[];
   __shared__ uint64_t grid[T == kIQ2_XXS ? 256 * kRsGridCopies : 1];
+  __shared__ uint64_t signs[kSt ? 128 * kRsGridCopies : 1];
   using Ln = RsLanes<kL>;
   constexpr int kRows = kRsWarps * Ln::kRows, kG = Ln::kG;
   constexpr int kAhead = RsFmt<T>::kAhead;
@@ -954,6 +981,11 @@ __global__ void __launch_bounds__(kRsWarps * 32, rs_min_blocks(T, kL, kR)) matve
       const uint64_t e = c_iq2_grid[threadIdx.x];
 #pragma unroll
       for (int c = 0; c < kRsGridCopies; ++c) grid[threadIdx.x * kRsGridCopies + c] = e;
+    }
+    if (kSt && threadIdx.x < 128) {
+      const uint64_t m = rs_sign_mask(threadIdx.x);
+#pragma unroll
+      for (int c = 0; c < kRsGridCopies; ++c) signs[threadIdx.x * kRsGridCopies + c] = m;
     }
   }
   // Weights are constant: fetched before the PDL wait, also those of listed groups when the
@@ -1004,6 +1036,7 @@ __global__ void __launch_bounds__(kRsWarps * 32, rs_min_blocks(T, kL, kR)) matve
 #pragma unroll
   for (int k = 0; k < kR; ++k) acc[k] = 0.0f;
   const uint64_t* my_grid = grid + (lane % kRsGridCopies);
+  const uint64_t* my_signs = signs + (kSt ? lane % kRsGridCopies : 0);
   for (int j0 = 0; j0 < nblk; j0 += kAhead) {
     rs_static_for<kAhead>([&](auto kc) {  // step j = j0 + K (j0 a multiple of kAhead)
       constexpr int K = decltype(kc)::value;
@@ -1018,7 +1051,7 @@ __global__ void __launch_bounds__(kRsWarps * 32, rs_min_blocks(T, kL, kR)) matve
       int isum[kR], summs[kR];
 #pragma unroll
       for (int k = 0; k < kR; ++k)  // the same activation loads for each row (no store between)
-        rs_dots<T, kG>(cur[k], xq + j * Ln::kValBytes + s * Ln::kSeg, xb + j * 32 + 4 * kG * s, s, my_grid, isum[k],
+        rs_dots<T, kG, kSt>(cur[k], xq + j * Ln::kValBytes + s * Ln::kSeg, xb + j * 32 + 4 * kG * s, s, my_grid, my_signs, isum[k],
                        summs[k]);
 #pragma unroll
       for (int k = 0; k < kR; ++k) {
@@ -1060,16 +1093,27 @@ int rowslice_rows() {
   return env >= 0 ? env : T == kIQ2_XXS ? 2 : 1;
 }
 
-// matvec_rowslice_kernel<T, kL, kR> over `rows` rows per job and group; smem: rs_smem_bytes<T, kL>.
-template <uint32_t T, int kL, int kR>
+// The IQ2_XXS row-slice kernel (8 lanes, two rows: the decode default) looks its sign masks up
+// in shared memory (16 copies, as the grid) instead of computing them: fewer integer
+// instructions per 4 values for one more shared-memory load, and the table's fill runs before
+// the PDL wait (H100, perf-notes session 28: decode +0.6-1.0 %, though the launch alone, with
+// its fill exposed, is 7 % slower). DS4_CUDA_IQ2_SIGN_TABLE=0: computed; read once.
+bool iq2_sign_table() {
+  static const bool on = !env_is_zero("DS4_CUDA_IQ2_SIGN_TABLE");
+  return on;
+}
+
+// matvec_rowslice_kernel<T, kL, kR, kSt> over `rows` rows per job and group; smem:
+// rs_smem_bytes<T, kL>.
+template <uint32_t T, int kL, int kR, bool kSt = false>
 void launch_rowslice_as(const MatvecJobs& jobs, int64_t rows, size_t smem, int n_jobs, int groups) {
   const int64_t per_block = int64_t{kRsWarps} * 32 / kL * kR;
   const dim3 grid(static_cast<unsigned>((rows + per_block - 1) / per_block), static_cast<unsigned>(groups),
                   static_cast<unsigned>(n_jobs));
-  auto kernel = matvec_rowslice_kernel<T, kL, kR>;
-  // Static: the IQ2_XXS grid copies (32 KiB), else one 8-byte word.
+  auto kernel = matvec_rowslice_kernel<T, kL, kR, kSt>;
+  // Static: the IQ2_XXS grid copies (32 KiB) and the sign masks' (16 KiB), else 8-byte words.
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem,
-                     sizeof(uint64_t) * (T == kIQ2_XXS ? 256 * kRsGridCopies : 1));
+                     sizeof(uint64_t) * ((T == kIQ2_XXS ? 256 * kRsGridCopies : 1) + (kSt ? 128 * kRsGridCopies : 1)));
   launch_k(kernel, grid, kRsWarps * 32, smem, jobs);
 }
 
@@ -1096,8 +1140,9 @@ bool launch_rowslice(const MatvecJobs& jobs, int n_jobs, int groups) {
       two ? launch_rowslice_as<T, 4, 2>(jobs, rows, smem, n_jobs, groups)
           : launch_rowslice_as<T, 4, 1>(jobs, rows, smem, n_jobs, groups);
     } else {
-      two ? launch_rowslice_as<T, 8, 2>(jobs, rows, smem, n_jobs, groups)
-          : launch_rowslice_as<T, 8, 1>(jobs, rows, smem, n_jobs, groups);
+      if (T == kIQ2_XXS && two && iq2_sign_table()) launch_rowslice_as<T, 8, 2, T == kIQ2_XXS>(jobs, rows, smem, n_jobs, groups);
+      else if (two) launch_rowslice_as<T, 8, 2>(jobs, rows, smem, n_jobs, groups);
+      else launch_rowslice_as<T, 8, 1>(jobs, rows, smem, n_jobs, groups);
     }
     return true;
   }
