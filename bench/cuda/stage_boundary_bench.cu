@@ -53,28 +53,32 @@ __device__ float weight_sum(const float4* w, int64_t n16) {
   return s;
 }
 
+// The block's sum of s (every thread calls it; valid in thread 0). Two calls need a barrier
+// between them (thread 0 may still read the first's partial sums).
+__device__ float block_sum(float s) {
+  __shared__ float red[kThreads / 32];
+  for (int off = 16; off >= 1; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = s;
+  __syncthreads();
+  float t = 0.0f;
+  if (threadIdx.x == 0)
+    for (int k = 0; k < kThreads / 32; ++k) t += red[k];
+  return t;
+}
+
 // One stage of the chain: weights, the wait, then the dependent write (thread 0).
 __global__ void __launch_bounds__(kThreads) stage_kernel(const float* in, float* out, const float4* w, int64_t n16) {
   const float s = weight_sum(w + blockIdx.x * n16, n16);
   grid_dep_wait();
   grid_dep_trigger();
-  __shared__ float red[kThreads / 32];
-  float v = s;
-  for (int off = 16; off >= 1; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float t = 0.0f;
-    for (int k = 0; k < kThreads / 32; ++k) t += red[k];
-    out[blockIdx.x] = __ldcg(in + (blockIdx.x + 1) % gridDim.x) + 1.0f + 0.0f * t;
-  }
+  const float t = block_sum(s);
+  if (threadIdx.x == 0) out[blockIdx.x] = __ldcg(in + (blockIdx.x + 1) % gridDim.x) + 1.0f + 0.0f * t;
 }
 
 // All stages in one launch; bar counts arrivals (blocks x stages); buf holds stages + 1 rows.
 __global__ void __launch_bounds__(kThreads) persistent_kernel(float* buf, const float4* w, int64_t n16, int stages,
                                                               unsigned* bar) {
   const unsigned nb = gridDim.x;
-  __shared__ float red[kThreads / 32];
   for (int st = 0; st < stages; ++st) {
     const float s = weight_sum(w + (static_cast<int64_t>(st) * nb + blockIdx.x) * n16, n16);
     if (threadIdx.x == 0 && st > 0) {  // the previous stage complete in every block
@@ -85,13 +89,8 @@ __global__ void __launch_bounds__(kThreads) persistent_kernel(float* buf, const 
       } while (seen < want);
     }
     __syncthreads();
-    float v = s;
-    for (int off = 16; off >= 1; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
-    __syncthreads();
+    const float t = block_sum(s);
     if (threadIdx.x == 0) {
-      float t = 0.0f;
-      for (int k = 0; k < kThreads / 32; ++k) t += red[k];
       buf[(st + 1) * nb + blockIdx.x] = __ldcg(buf + st * nb + (blockIdx.x + 1) % nb) + 1.0f + 0.0f * t;
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
     }
