@@ -46,7 +46,9 @@ def report():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("prefix")
     ap.add_argument("--layer", type=int, default=10, help="the layer whose kernels are listed (default 10)")
-    ap.add_argument("--launch", type=int, default=-1, help="which launch to follow (index, default -1: the last)")
+    ap.add_argument("--launch", type=int, default=-1,
+                    help="which launch to follow: an index (0 the first, -1 the last: the default) or, "
+                         "outside the indices, a correlation id as listed")
     ap.add_argument("--path-top", type=int, default=25, help="families listed for the critical path")
     args = ap.parse_args()
     try:
@@ -65,7 +67,14 @@ def report():
         t1 = max(int(k["end_ns"]) for k in ks)
         busy = sum(int(k["end_ns"]) - int(k["start_ns"]) for k in ks)
         print(f"  corr {corr}: {len(ks)} kernels, step {(t1 - t0) / 1e3:.1f} us, kernel time summed {busy / 1e3:.1f} us")
-    corr = list(launches)[args.launch]
+    n = len(launches)
+    if -n <= args.launch < n:
+        corr = list(launches)[args.launch]
+    elif args.launch in launches:
+        corr = args.launch
+    else:
+        ap.exit(2, f"timeline-report: --launch {args.launch}: {n} launch(es) here: an index {-n}..{n - 1} "
+                   f"or a correlation id ({', '.join(map(str, launches))})\n")
     ks = launches[corr]
     # Decode steps differ (the ratio-4 compressors emit on every 4th token): say which one this is.
     print(f"following corr {corr} (--launch N picks another; the steps' paths can differ)")

@@ -35,6 +35,9 @@ expect 0 "critical path 3 kernels: in kernels 40.0 us, in gaps before them -5.0 
 out=$($py "$report" "$tmp/t" 2>&1)
 grep -qE "^ +25\.0 +-5\.0 +1  kern_c" <<<"$out" && ok || bad "kern_c's path time and gap: $out"
 grep -qE "kern_b" <<<"$(grep -A20 'path us' <<<"$out" | sed -n '2,4p')" && bad "kern_b is not on the path: $out" || ok
+expect 0 "following corr 7 " -- $py "$report" "$tmp/t" --launch 0
+expect 0 "following corr 7 " -- $py "$report" "$tmp/t" --launch 7  # a correlation id
+expect 2 "--launch 5: 1 launch\(es\) here: an index -1..0 or a correlation id \(7\)" -- $py "$report" "$tmp/t" --launch 5
 expect 1 "No such file" -- $py "$report" "$tmp/none"
 cp "$tmp/t.graph.csv" "$tmp/bad.graph.csv"
 printf 'a,b\n1,2\n' >"$tmp/bad.kernels.csv"  # a header without the timeline's columns
