@@ -219,9 +219,9 @@ void run(benchmark::State& state, Mode mode) {
   std::vector<float> last(static_cast<size_t>(nb));
   if (!fail(state, cudaMemcpy(last.data(), buf + kStages * nb, sizeof(float) * nb, cudaMemcpyDeviceToHost), "copy")) {
     for (int b = 0; b < nb; ++b)
-      if (last[static_cast<size_t>(b)] != static_cast<float>(kStages)) {
-        state.SkipWithError(("block " + std::to_string(b) + " ended at " + std::to_string(last[static_cast<size_t>(b)]) +
-                             ", not " + std::to_string(kStages) + ": a stage ran before its input")
+      if (const float got = last[static_cast<size_t>(b)]; got != static_cast<float>(kStages)) {
+        state.SkipWithError(("block " + std::to_string(b) + " ended at " + std::to_string(got) + ", not " +
+                             std::to_string(kStages) + ": a stage ran before its input")
                                 .c_str());
         break;
       }
@@ -242,7 +242,8 @@ void BM_Persistent(benchmark::State& s) { run(s, Mode::Persistent); }
 // Blocks: 1 or 2 per SM (the persistent kernel needs them all resident at once: 256 threads and
 // a few registers fit many per SM); KiB per block and stage: 0 (the boundary alone), 8, 32.
 void args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"blocks_per_sm", "kib"})->ArgsProduct({{1, 2}, {0, 8, 32}})->UseManualTime()->Unit(benchmark::kMicrosecond);
+  b->ArgNames({"blocks_per_sm", "kib"})->ArgsProduct({{1, 2}, {0, 8, 32}});
+  b->UseManualTime()->Unit(benchmark::kMicrosecond);
 }
 BENCHMARK(BM_GraphChain)->Apply(args);
 BENCHMARK(BM_GraphChainPdl)->Apply(args);

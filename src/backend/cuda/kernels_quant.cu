@@ -1051,8 +1051,8 @@ __global__ void __launch_bounds__(kRsWarps * 32, rs_min_blocks(T, kL, kR)) matve
       int isum[kR], summs[kR];
 #pragma unroll
       for (int k = 0; k < kR; ++k)  // the same activation loads for each row (no store between)
-        rs_dots<T, kG, kSt>(cur[k], xq + j * Ln::kValBytes + s * Ln::kSeg, xb + j * 32 + 4 * kG * s, s, my_grid, my_signs, isum[k],
-                       summs[k]);
+        rs_dots<T, kG, kSt>(cur[k], xq + j * Ln::kValBytes + s * Ln::kSeg, xb + j * 32 + 4 * kG * s, s, my_grid,
+                            my_signs, isum[k], summs[k]);
 #pragma unroll
       for (int k = 0; k < kR; ++k) {
 #pragma unroll
@@ -1140,7 +1140,8 @@ bool launch_rowslice(const MatvecJobs& jobs, int n_jobs, int groups) {
       two ? launch_rowslice_as<T, 4, 2>(jobs, rows, smem, n_jobs, groups)
           : launch_rowslice_as<T, 4, 1>(jobs, rows, smem, n_jobs, groups);
     } else {
-      if (T == kIQ2_XXS && two && iq2_sign_table()) launch_rowslice_as<T, 8, 2, T == kIQ2_XXS>(jobs, rows, smem, n_jobs, groups);
+      if (T == kIQ2_XXS && two && iq2_sign_table())
+        launch_rowslice_as<T, 8, 2, T == kIQ2_XXS>(jobs, rows, smem, n_jobs, groups);
       else if (two) launch_rowslice_as<T, 8, 2>(jobs, rows, smem, n_jobs, groups);
       else launch_rowslice_as<T, 8, 1>(jobs, rows, smem, n_jobs, groups);
     }
