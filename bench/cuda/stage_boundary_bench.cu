@@ -22,22 +22,13 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/pdl.cuh"
+
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int kStages = 64;
 constexpr int kReplays = 10;
-
-__device__ __forceinline__ void grid_dep_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void grid_dep_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
 
 // Sum of this block's weight slice for one stage: n16 16-byte words per block, 4 in flight per
 // thread per iteration (independent loads before the first use).
@@ -69,8 +60,8 @@ __device__ float block_sum(float s) {
 // One stage of the chain: weights, the wait, then the dependent write (thread 0).
 __global__ void __launch_bounds__(kThreads) stage_kernel(const float* in, float* out, const float4* w, int64_t n16) {
   const float s = weight_sum(w + blockIdx.x * n16, n16);
-  grid_dep_wait();
-  grid_dep_trigger();
+  ds4::cuda::pdl_wait();
+  ds4::cuda::pdl_trigger();
   const float t = block_sum(s);
   if (threadIdx.x == 0) out[blockIdx.x] = __ldcg(in + (blockIdx.x + 1) % gridDim.x) + 1.0f + 0.0f * t;
 }

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/launch_stream.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace ds4::cuda {
 namespace {
@@ -28,17 +29,7 @@ unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1)
 // weights and data complete before the launch preceding it on the same stream (every kernel
 // waits before it triggers: inputs written two or more launches back, or by earlier steps;
 // never a side stream's output of this step), e.g. the decode attention's older KV rows.
-// Both are no-ops before sm_90 and when the kernel was launched without the attribute.
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
+// (pdl_wait and pdl_trigger: backend/cuda/pdl.cuh.)
 
 // Last-block election for a launch's tail work (the classic threadfence reduction): each of the
 // n blocks counting on *ticket calls this once, after writing its results; it returns true in

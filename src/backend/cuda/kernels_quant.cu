@@ -817,6 +817,15 @@ __device__ __forceinline__ uint32_t rs_sign_bytes(uint32_t t) {
   return m;
 }
 
+// The 8 sign bytes of IQ2_XXS sign index s7 (0..127): byte i is 0xff when value i is negated
+// (bit i of s7; the 8th: the parity of s7, ksigns_iq2xs). 0x10204080 moves bit i of a nibble to
+// bit 8i + 7 with no overlapping terms.
+__device__ __forceinline__ uint64_t rs_sign_mask(uint32_t s7) {
+  const uint32_t lo = rs_sign_bytes(s7 * 0x10204080u);
+  const uint32_t hi = rs_sign_bytes((s7 >> 4) * 0x10204080u + (static_cast<uint32_t>(__popc(s7)) << 31));
+  return static_cast<uint64_t>(hi) << 32 | lo;
+}
+
 __device__ __forceinline__ int rs_bsum(uint32_t pair, int hi) {  // int16 half of a bsums word
   return hi ? static_cast<int>(pair) >> 16 : static_cast<int>(static_cast<int16_t>(pair & 0xffff));
 }
@@ -848,23 +857,18 @@ __device__ __forceinline__ void rs_dots(const RsSlice<T, kG>& w, const uint8_t* 
     const int P = kG * s + gi;
     if constexpr (T == kIQ2_XXS) {
       // Signed grid values s_i * g_i (g_i in 8..43): g ^ M per byte is -g - 1 where the sign mask
-      // byte M is 0xff (-1), so sum s_i g_i y_i = dp4a(g ^ M, y) - dp4a(M, y), exactly. The 8th
-      // sign of each 8 values is the parity of the other 7 (ksigns_iq2xs); 0x10204080 moves bit i
-      // of a nibble to bit 8i + 7 with no overlapping terms.
+      // byte M is 0xff (-1), so sum s_i g_i y_i = dp4a(g ^ M, y) - dp4a(M, y), exactly (M:
+      // rs_sign_mask).
       const uint32_t a0 = w.q[2 * gi], a1 = w.q[2 * gi + 1];
       int sp[2] = {0, 0}, sn[2] = {0, 0};  // per half of 8 values: two dp4a chains each
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const uint64_t g = grid[((a0 >> (8 * e)) & 0xff) * kRsGridCopies];
         const uint32_t s7 = (a1 >> (7 * e)) & 127;
-        uint32_t mlo, mhi;
-        if constexpr (kSt) {
-          const uint64_t m = signs[s7 * kRsGridCopies];
-          mlo = static_cast<uint32_t>(m), mhi = static_cast<uint32_t>(m >> 32);
-        } else {
-          mlo = rs_sign_bytes(s7 * 0x10204080u);
-          mhi = rs_sign_bytes((s7 >> 4) * 0x10204080u + (static_cast<uint32_t>(__popc(s7)) << 31));
-        }
+        uint64_t m;
+        if constexpr (kSt) m = signs[s7 * kRsGridCopies];
+        else m = rs_sign_mask(s7);
+        const uint32_t mlo = static_cast<uint32_t>(m), mhi = static_cast<uint32_t>(m >> 32);
         sp[0] = __dp4a(static_cast<int>(static_cast<uint32_t>(g) ^ mlo), ys[2 * e], sp[0]);
         sn[0] = __dp4a(static_cast<int>(mlo), ys[2 * e], sn[0]);
         sp[1] = __dp4a(static_cast<int>(static_cast<uint32_t>(g >> 32) ^ mhi), ys[2 * e + 1], sp[1]);
@@ -903,14 +907,6 @@ __device__ __forceinline__ void rs_dots(const RsSlice<T, kG>& w, const uint8_t* 
       summs += mn * (bsum[2 * gi] + bsum[2 * gi + 1]);
     }
   }
-}
-
-// The 8 sign bytes of IQ2_XXS sign index s7 (0..127) as rs_dots computes them: byte i is 0xff
-// when value i is negated (bit i of s7; the 8th: the parity of s7, ksigns_iq2xs).
-__device__ __forceinline__ uint64_t rs_sign_mask(uint32_t s7) {
-  const uint32_t lo = rs_sign_bytes(s7 * 0x10204080u);
-  const uint32_t hi = rs_sign_bytes((s7 >> 4) * 0x10204080u + (static_cast<uint32_t>(__popc(s7)) << 31));
-  return static_cast<uint64_t>(hi) << 32 | lo;
 }
 
 // The block's f32 value from its completed integer sums (k_block_value's steps).
