@@ -13,7 +13,9 @@
 // cannot be dropped): a real dependency between blocks. The value after N stages must be N in
 // every block (checked; a wrong value is an error). Reported: microseconds per stage (manual
 // time from CUDA events around 10 replays), and the weights' GB/s.
-// Without a CUDA device every benchmark is skipped with a message.
+// Without a CUDA device every benchmark is skipped with a message. Debian's Google Benchmark
+// library prints "Library was built as DEBUG" about itself: it does not touch these timings,
+// which come from CUDA events.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 

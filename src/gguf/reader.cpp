@@ -196,7 +196,9 @@ class Cursor {
     const uint64_t count = read<uint64_t>("array count");
     const uint64_t min = min_encoded_size(item_type);
     if (count > remaining() / min) {
-      fail_at(count_off, "array count {} is impossible: {} items need at least {} bytes each, {} bytes remain",
+      fail_at(count_off,
+              "array count {} is impossible: {} items need at least {} bytes each, {} bytes remain "
+              "(a truncated or corrupt file)",
               count, value_type_name(item), min, remaining());
     }
     if (item_type == ValueType::BOOL || item_type == ValueType::STRING || item_type == ValueType::ARRAY) {

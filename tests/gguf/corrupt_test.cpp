@@ -261,7 +261,8 @@ TEST(GgufCorrupt, MetadataFields) {
     const size_t at = r.u64(1ull << 62);
     r.fill(16);
     EXPECT_EQ(parse_error(r.b), fmt::format("t.gguf: offset {}: metadata key 'arr': array count 4611686018427387904 is "
-                                            "impossible: u32 items need at least 4 bytes each, 16 bytes remain",
+                                            "impossible: u32 items need at least 4 bytes each, 16 bytes remain (a "
+                                            "truncated or corrupt file)",
                                             at));
   }
   {  // array of strings with a huge count
@@ -273,7 +274,8 @@ TEST(GgufCorrupt, MetadataFields) {
     const size_t at = r.u64(3);
     r.str("a");
     EXPECT_EQ(parse_error(r.b), fmt::format("t.gguf: offset {}: metadata key 'toks': array count 3 is impossible: "
-                                            "string items need at least 8 bytes each, 9 bytes remain",
+                                            "string items need at least 8 bytes each, 9 bytes remain (a truncated or "
+                                            "corrupt file)",
                                             at));
   }
 }
