@@ -69,6 +69,10 @@ constexpr int kAttHeads = 8, kAttLaneRegs = 64, kAttDims = 32, kAttChunk = 768;
 // prefill chunks (ncu, one row per lane: 91 % L1 throughput, the q reads from shared memory).
 constexpr int kAttBatchLaneRows = 4;
 constexpr int kAttCombineThreads = kAttHeads * 32 + 32;  // 8 output warps + 1 denominator warp
+// The decode combine's block with 9 helper warps that only copy V slices and evaluate exps: each
+// exp_f is a serial f64 chain, and 288 threads evaluated ~18 each for a 640-row ratio-4 layer
+// (H100, perf-notes session 29: the combine ends 2.5 us sooner; DS4_CUDA_ATTN_HELPERS=0: without).
+constexpr int kAttCombineMaxThreads = 2 * kAttCombineThreads;
 
 // One row element x times the 8 heads' q values (qa: heads 0-3, qb: 4-7) into a lane's 8
 // partial sums of dot8, or one V element x times the 8 heads' probabilities into their weighted
@@ -451,8 +455,8 @@ __global__ void __launch_bounds__(kAttHeads * 32) attn_softmax_kernel(const floa
 // (sink_attention declines the fusion for odd dims). With out_q8 (dim % 32 == 0, so each output
 // warp's 32 values are one Q8_0 block) every output warp also quantizes its values into block
 // ((h0 + warp) * dim + i0) / 32 of out_q8 (quantize_q8_0_block, as the quantize kernels).
-template <int kChunk>
-__global__ void __launch_bounds__(kAttCombineThreads, kChunk == kAttChunk ? 1 : 2)
+template <int kChunk, bool kHelpers = false>
+__global__ void __launch_bounds__(kHelpers ? kAttCombineMaxThreads : kAttCombineThreads, kChunk == kAttChunk ? 1 : 2)
 attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, int64_t n_swa, const int64_t* pos,
                     const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride, int64_t n_sel,
                     const float* scratch, int64_t scratch_stride, float* out, int64_t out_stride,
@@ -565,7 +569,7 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
 #pragma unroll 8
         for (int jj = 0; jj < cn; ++jj) denom += p[jj];
       }
-    } else {
+    } else if (warp < kAttHeads) {
       const float* p = ps + warp * (kChunk + 1);
       const float* v = vs + lane;
 #pragma unroll 8
@@ -899,8 +903,10 @@ void attention_launches(const float* q, int64_t q_stride, const float* sinks, in
   }
   const dim3 cgrid(static_cast<unsigned>((dim + kAttDims - 1) / kAttDims), groups, 1);
   const size_t csmem = combine_smem(kAttChunk);
-  allow_dynamic_smem(reinterpret_cast<const void*>(attn_combine_kernel<kAttChunk>), csmem);
-  launch_k(attn_combine_kernel<kAttChunk>, cgrid, kAttCombineThreads, csmem, sinks, n_head, dim, win, n_swa, pos, comp,
+  static const bool helpers = !env_is_zero("DS4_CUDA_ATTN_HELPERS");
+  const auto ck = helpers ? attn_combine_kernel<kAttChunk, true> : attn_combine_kernel<kAttChunk, false>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(ck), csmem);
+  launch_k(ck, cgrid, helpers ? kAttCombineMaxThreads : kAttCombineThreads, csmem, sinks, n_head, dim, win, n_swa, pos, comp,
            ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride, rope_table, n_pair, out_q8, rows_early);
 }
 

@@ -71,6 +71,9 @@ struct SwigluSrc {  // SwiGLU of expert hidden rows (swiglu_kernel's formula)
     const float wr = w ? w[r] : 1.0f;
     for (int j = 0; j < 8; ++j) v[j] = swiglu_value(g[j], u[j], clamp, wr);
   }
+  __device__ float value(int64_t r, int64_t i) const {
+    return swiglu_value(gate[r * n + i], up[r * n + i], clamp, w ? w[r] : 1.0f);
+  }
 };
 
 // One warp per 8 Q8_0 blocks of a row (quantize_q8_0_blocks8; the row's last group may be
@@ -118,6 +121,23 @@ __global__ void quant_q8_k_kernel(Src src, int64_t cols, int rows, uint8_t* act,
   src.load8(r, b * 256 + 8 * lane, v);
   BQ8_K* y = reinterpret_cast<BQ8_K*>(act + r * act_bytes) + b;
   quantize_q8_k_block(v, lane, y, [&](int k) { return warp_value8(v, k); });
+}
+
+// The SwiGLU of 256 values per block, one per thread, staged in shared memory and quantized by
+// block_quantize_row: Q8_K block c of row r, or its Q8_0 blocks 8c .. 8c + 7. Grid: rows * cols
+// / 256 blocks (cols % 256 == 0). Each value's f64 exp and division are a serial chain: with a
+// lane evaluating 8 of them (SwigluSrc::load8 in quant_q8_k_kernel) the routed quantization ended
+// ~8 us after gate/up on an H100, with one per thread ~5 us (perf-notes session 29).
+__global__ void __launch_bounds__(256) swiglu_quant_kernel(SwigluSrc src, int64_t cols, bool q8_k, uint8_t* act,
+                                                            size_t act_bytes) {
+  pdl_wait();
+  pdl_trigger();
+  __shared__ float vals[256];
+  const int64_t chunks = cols / 256, r = blockIdx.x / chunks, c = blockIdx.x % chunks;
+  vals[threadIdx.x] = src.value(r, c * 256 + threadIdx.x);
+  __syncthreads();
+  uint8_t* out = act + r * act_bytes;
+  block_quantize_row(vals, 256, q8_k ? nullptr : out + c * 8 * sizeof(BQ8_0Act), q8_k ? out + c * sizeof(BQ8_K) : nullptr);
 }
 
 // ---- the matvec ------------------------------------------------------------------------------
@@ -1307,7 +1327,15 @@ void swiglu_matvec(MatvecOp op, const float* gate, const float* up, float clamp,
     return;
   }
   if (op.n_rows <= 0 || op.groups <= 0) return;
-  quantize_src(at, SwigluSrc{gate, up, n, clamp, gate_w}, n, op.groups, op.act, act_row_bytes(op.w->type, n));
+  // DS4_CUDA_SWIGLU_WIDE=0: the 8-values-per-lane quantization kernels instead of a value per thread.
+  static const bool wide = !env_is_zero("DS4_CUDA_SWIGLU_WIDE");
+  const SwigluSrc src{gate, up, n, clamp, gate_w};
+  const size_t ab = act_row_bytes(op.w->type, n);
+  if (wide && n % 256 == 0 && (at == ActFormat::Q8_0 || at == ActFormat::Q8_K))
+    launch_k(swiglu_quant_kernel, static_cast<unsigned>(n / 256 * op.groups), 256, 0, src, n, at == ActFormat::Q8_K,
+             op.act, ab);
+  else
+    quantize_src(at, src, n, op.groups, op.act, ab);
   op.act_ready = true;
   // The quantization just launched waits for its predecessors before it lets the matvec start,
   // so the ids, written before the launch that precedes it, are complete when the matvec
