@@ -906,8 +906,9 @@ void attention_launches(const float* q, int64_t q_stride, const float* sinks, in
   static const bool helpers = !env_is_zero("DS4_CUDA_ATTN_HELPERS");
   const auto ck = helpers ? attn_combine_kernel<kAttChunk, true> : attn_combine_kernel<kAttChunk, false>;
   allow_dynamic_smem(reinterpret_cast<const void*>(ck), csmem);
-  launch_k(ck, cgrid, helpers ? kAttCombineMaxThreads : kAttCombineThreads, csmem, sinks, n_head, dim, win, n_swa, pos, comp,
-           ratio, sel, sel_stride, n_sel, scratch, ss, out, out_stride, rope_table, n_pair, out_q8, rows_early);
+  const int threads = helpers ? kAttCombineMaxThreads : kAttCombineThreads;
+  launch_k(ck, cgrid, threads, csmem, sinks, n_head, dim, win, n_swa, pos, comp, ratio, sel, sel_stride, n_sel, scratch,
+           ss, out, out_stride, rope_table, n_pair, out_q8, rows_early);
 }
 
 }  // namespace

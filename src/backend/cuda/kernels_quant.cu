@@ -137,7 +137,8 @@ __global__ void __launch_bounds__(256) swiglu_quant_kernel(SwigluSrc src, int64_
   vals[threadIdx.x] = src.value(r, c * 256 + threadIdx.x);
   __syncthreads();
   uint8_t* out = act + r * act_bytes;
-  block_quantize_row(vals, 256, q8_k ? nullptr : out + c * 8 * sizeof(BQ8_0Act), q8_k ? out + c * sizeof(BQ8_K) : nullptr);
+  if (q8_k) block_quantize_row(vals, 256, nullptr, out + c * sizeof(BQ8_K));
+  else block_quantize_row(vals, 256, out + c * 8 * sizeof(BQ8_0Act), nullptr);
 }
 
 // ---- the matvec ------------------------------------------------------------------------------
