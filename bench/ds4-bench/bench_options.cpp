@@ -69,7 +69,8 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
       ->check(ds4::whole_number())->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
   app.add_option("--synthetic", o.synthetic,
                  "Full-size synthetic model generated in GPU memory: flash-q2, flash-q4 or pro-q2 (--cuda)");
-  app.add_option("--seed", o.seed, "Seed of the synthetic weights and prompt");
+  app.add_option("--seed", o.seed, "Seed of the synthetic weights and prompt")
+      ->capture_default_str()->check(ds4::whole_number<uint64_t>());
   app.add_option("--synthetic-layers", o.synthetic_layers,
                  "Generate only the first N layers of the --synthetic model (one that does not fit the GPU; "
                  "per-token rates then cover N layers)")

@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace ds4 {
@@ -49,12 +51,25 @@ inline CLI::Validator non_empty_list(const std::string& what, const std::string&
 
 /// A numeric option's type check, run before its range check so that a value that is not a
 /// number says so ("Failed parsing abc as a number") instead of "not in range". No help text.
+/// Unsigned integer types are parsed strictly (digits only, no sign, no wrap-around): CLI11's own
+/// conversion takes "-1" as the type's largest value and clamps values past it, so `--seed -1`
+/// and `--seed 99999999999999999999` would silently become 18446744073709551615.
 template <typename T>
 CLI::Validator parses_as(const std::string& what) {
   return CLI::Validator(
       [what](std::string& s) {
         T v{};
-        return CLI::detail::lexical_cast(s, v) ? std::string() : "Failed parsing " + s + " as " + what;
+        if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {
+          const char* end = s.data() + s.size();
+          const auto r = std::from_chars(s.data(), end, v);
+          if (r.ec == std::errc::result_out_of_range)
+            return "Value " + s + " is larger than " + std::to_string(std::numeric_limits<T>::max());
+          return r.ec == std::errc() && r.ptr == end && !s.empty()
+                     ? std::string()
+                     : "Failed parsing " + s + " as " + what + " from 0 to " + std::to_string(std::numeric_limits<T>::max());
+        } else {
+          return CLI::detail::lexical_cast(s, v) ? std::string() : "Failed parsing " + s + " as " + what;
+        }
       },
       "", "parses as " + what);
 }

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
                  "Vocabulary size (tiny: default 8192 tokens of the real vocabulary, or 512 for 'byte')");
   app.add_option("--config", config_file, "JSON object overriding config fields of the preset")
       ->check(CLI::ExistingFile);
-  app.add_option("--seed", seed, "Random seed");
+  app.add_option("--seed", seed, "Random seed")->capture_default_str()->check(ds4::whole_number<uint64_t>());
   app.add_option("--name", name, "general.name");
   app.add_flag("-q,--quiet", quiet, "No progress output");
   app.add_option("-o,--output", out, "Output GGUF path")->required();
