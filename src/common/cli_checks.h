@@ -62,11 +62,10 @@ CLI::Validator parses_as(const std::string& what) {
         if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {
           const char* end = s.data() + s.size();
           const auto r = std::from_chars(s.data(), end, v);
-          if (r.ec == std::errc::result_out_of_range)
-            return "Value " + s + " is larger than " + std::to_string(std::numeric_limits<T>::max());
-          return r.ec == std::errc() && r.ptr == end && !s.empty()
-                     ? std::string()
-                     : "Failed parsing " + s + " as " + what + " from 0 to " + std::to_string(std::numeric_limits<T>::max());
+          const std::string max = std::to_string(std::numeric_limits<T>::max());
+          if (r.ec == std::errc::result_out_of_range) return "Value " + s + " is larger than " + max;
+          const bool ok = r.ec == std::errc() && r.ptr == end && !s.empty();
+          return ok ? std::string() : "Failed parsing " + s + " as " + what + " from 0 to " + max;
         } else {
           return CLI::detail::lexical_cast(s, v) ? std::string() : "Failed parsing " + s + " as " + what;
         }
