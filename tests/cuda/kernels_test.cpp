@@ -23,6 +23,7 @@
 #include "common/f16.h"
 #include "common/ggml_type.h"
 #include "model/attention.h"
+#include "model/compressor.h"
 #include "model/experts.h"
 #include "model/hyper_connections.h"
 #include "model/indexer.h"
@@ -216,6 +217,73 @@ TEST_F(CudaKernels, KvRowStoreMatchesCpu) {
   const std::vector<float> ring = download(raw, static_cast<size_t>(raw_cap * dim));
   EXPECT_EQ(std::vector<float>(ring.begin() + pos * dim, ring.begin() + (pos + 1) * dim), want);
   EXPECT_EQ(download(dx, x.size()), want);  // the row itself keeps the stored values
+}
+
+// compressor_push (one launch per position: the store, and on emission steps the pooling, norm,
+// RoPE, quantization, f16 rounding and the ratio-4 lane shift) against model::Compressor::push
+// position by position, bit for bit: the frontier state after every push and each emitted row
+// (the GPU's rows are f16-rounded). A ratio-4 attention compressor (d 512: the FP8 round trip),
+// a ratio-4 indexer one (d 128: the QAT) and a ratio-128 one; the first group's pooling meets the
+// frontier's empty rows (score -1e30), and one column scores equal in every row (ties).
+TEST_F(CudaKernels, CompressorPushMatchesCpu) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> ud(0.5f, 1.5f);
+  struct Case { uint32_t ratio, d; model::CompressedRowKind kind; int steps; };
+  const Case cases[] = {{4, 512, model::CompressedRowKind::kAttention, 13},
+                        {4, 128, model::CompressedRowKind::kIndexer, 9},
+                        {128, 512, model::CompressedRowKind::kAttention, 129}};
+  const model::RopeParams rope = model::rope_params_yarn(160000.0f, 16.0f, 65536, 32.0f, 1.0f, 64);
+  const int n_pair = 32;
+  for (const Case& c : cases) {
+    SCOPED_TRACE("ratio " + std::to_string(c.ratio) + " d " + std::to_string(c.d));
+    model::Compressor cpu(model::CompressorParams{c.ratio, c.d, c.kind, rope, model::kRmsEps});
+    const size_t width = cpu.width(), rows_n = cpu.state_rows(), d = c.d;
+    std::vector<float> ape(c.ratio * width), norm(d), table(static_cast<size_t>(c.steps) * 2 * n_pair);
+    for (float& v : ape) v = 0.25f * nd(rng);
+    for (float& v : norm) v = ud(rng);
+    for (int p = 0; p < c.steps; ++p)
+      model::rope_angles(rope, static_cast<uint32_t>(p), {&table[p * 2 * n_pair], size_t{32}},
+                         {&table[p * 2 * n_pair + n_pair], size_t{32}});
+    const std::vector<float> kv0(rows_n * width, 0.0f), sc0(rows_n * width, -1.0e30f);
+    const size_t n_out = static_cast<size_t>(c.steps) / c.ratio;
+    cuda::DeviceArray<float> dape(ape.size()), dnorm(d), dtable(table.size()), dkv(width), dsc(width);
+    cuda::DeviceArray<float> skv(kv0.size()), ssc(sc0.size()), row(d), rows(std::max<size_t>(n_out, 1) * d);
+    dape.upload(ape.data(), ape.size());
+    dnorm.upload(norm.data(), d);
+    dtable.upload(table.data(), table.size());
+    skv.upload(kv0.data(), kv0.size());
+    ssc.upload(sc0.data(), sc0.size());
+    cuda::DeviceArray<int64_t> dpos(1);
+    std::vector<float> kv(width), sc(width), want(d);
+    std::vector<std::vector<float>> emitted;
+    for (int p = 0; p < c.steps; ++p) {
+      for (float& v : kv) v = nd(rng);
+      for (float& v : sc) v = nd(rng);
+      sc[3] = 0.5f;  // column 3: equal raw scores in every row (in both halves where ratio 4 overlaps)
+      if (width > d) sc[d + 3] = 0.5f;
+      dkv.upload(kv.data(), width);
+      dsc.upload(sc.data(), width);
+      const int64_t pos = p;
+      dpos.upload(&pos, 1);
+      cuda::compressor_push(dkv.get(), dsc.get(), dape.get(), c.ratio, c.d, dpos.get(), skv.get(), ssc.get(),
+                            dnorm.get(), model::kRmsEps, dtable.get(), n_pair,
+                            c.kind == model::CompressedRowKind::kIndexer, c.d - rope.n_rot, row.get(), rows.get());
+      cuda::check(cudaDeviceSynchronize(), "compressor_push");
+      model::compressor_add_ape(sc, ape, c.ratio, static_cast<uint32_t>(p));
+      if (cpu.push(kv, sc, static_cast<uint32_t>(p), norm, want)) {
+        for (float& v : want) v = round_f16(v);
+        emitted.push_back(want);
+      }
+      ASSERT_EQ(download(skv, kv0.size()), std::vector<float>(cpu.state_kv().begin(), cpu.state_kv().end())) << p;
+      ASSERT_EQ(download(ssc, sc0.size()), std::vector<float>(cpu.state_score().begin(), cpu.state_score().end()))
+          << p;
+    }
+    ASSERT_EQ(emitted.size(), n_out);
+    const std::vector<float> got = download(rows, n_out * d);
+    for (size_t e = 0; e < n_out; ++e)
+      EXPECT_EQ(std::vector<float>(got.begin() + e * d, got.begin() + (e + 1) * d), emitted[e]) << "row " << e;
+  }
 }
 
 // indexer_rope_qat (one launch) equals rope_tail then indexer_qat (two), bit for bit, and the CPU
@@ -443,6 +511,7 @@ TEST_F(CudaKernels, MatvecMatchesCpuForEveryTypeAndPath) {
     const int64_t blk = ggml_type_info(static_cast<uint32_t>(type))->block_elems;
     std::vector<Shape> shapes = {{37, 256}, {70, 4096}, {9, 16384}};
     if (blk == 32 || blk == 1) shapes.push_back({45, 96});  // 96-value rows: not 16-byte multiples
+    if (blk == 256) shapes.push_back({11, 7168});  // Pro's 28 blocks: lanes with 4 and 3 whole IQ2_XXS blocks
     // Q8_0 launches of >= 24 MiB take the 2-lanes-per-block dot (grouped and as a pair).
     if (type == GgmlType::Q8_0) shapes.push_back({3072, 4096});
     for (const Shape sh : shapes) {
