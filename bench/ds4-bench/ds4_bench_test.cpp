@@ -165,7 +165,7 @@ TEST(Options, RejectsBadInput) {
   expect_rejected({"--cuda", "--synthetic", "flash-q2", "--synthetic-layers", "-3"}, "--synthetic-layers");
   // An unsigned seed neither wraps a sign nor clamps a value past 2^64 - 1 (CLI11's own conversion does both).
   expect_rejected({"--cuda", "--synthetic", "flash-q2", "--seed", "-1"},
-                  "--seed: Failed parsing -1 as a whole number from 0 to 18446744073709551615");
+                  "--seed: Failed parsing -1 as a whole number (digits only, at most 18446744073709551615)");
   expect_rejected({"--cuda", "--synthetic", "flash-q2", "--seed", "18446744073709551616"},
                   "--seed: Value 18446744073709551616 is larger than 18446744073709551615");
   EXPECT_EQ(parse_bench_options({"--cuda", "--synthetic", "flash-q2", "--seed", "18446744073709551615"}, kModel)->seed,

@@ -65,7 +65,8 @@ CLI::Validator parses_as(const std::string& what) {
           const std::string max = std::to_string(std::numeric_limits<T>::max());
           if (r.ec == std::errc::result_out_of_range) return "Value " + s + " is larger than " + max;
           const bool ok = r.ec == std::errc() && r.ptr == end && !s.empty();
-          return ok ? std::string() : "Failed parsing " + s + " as " + what + " from 0 to " + max;
+          // No lower bound here: the option's range check (e.g. --seed's >= 1) reports it.
+          return ok ? std::string() : "Failed parsing " + s + " as " + what + " (digits only, at most " + max + ")";
         } else {
           return CLI::detail::lexical_cast(s, v) ? std::string() : "Failed parsing " + s + " as " + what;
         }

@@ -18,7 +18,7 @@ expect 2 "^ds4: --temp: Failed parsing abc" -- "$ds4" -m "$model" -p hi --temp a
 expect 2 "ctx: Failed parsing 12x as a whole number" -- "$ds4" -m "$model" -p hi -c 12x
 # --seed is unsigned: a sign or a value past 2^64 - 1 is refused, not wrapped or clamped.
 u64_max=18446744073709551615
-expect 2 "^ds4: --seed: Failed parsing -1 as a whole number from 0 to $u64_max" -- "$ds4" -m "$model" -p hi --seed -1
+expect 2 "^ds4: --seed: Failed parsing -1 as a whole number \\(digits only, at most $u64_max\\)" -- "$ds4" -m "$model" -p hi --seed -1
 expect 2 "^ds4: --seed: Value 18446744073709551616 is larger than $u64_max" -- \
   "$ds4" -m "$model" -p hi --seed 18446744073709551616
 expect 2 "seed.*not in range" -- "$ds4" -m "$model" -p hi --seed 0
