@@ -15,8 +15,9 @@
 #   tests    test_cuda on the tiny models (generated here)
 #   nano     ds4-nano q2 greedy text, --cuda vs --cpu (must be equal)
 #   decode   decode tok/s at 2K / 8K / 32K (--fill-state), once per entry of $AB (see below); each
-#            the best of 2 runs of 32 tokens (the first captures the CUDA graphs, the second reuses them)
-#   prefill  prefill tok/s at 2K / 8K, once per entry of $AB
+#            the best of 2 runs of 32 tokens (the first captures the CUDA graphs, the second reuses them);
+#            then a "decode mean ENTRY" line per entry: each context's mean over the rounds (and their count)
+#   prefill  prefill tok/s at 2K / 8K, once per entry of $AB; then "prefill mean ENTRY" lines as decode's
 #   kprof    ds4-bench --kernel-profile (per-matrix matvec rates), once per entry of $AB
 #   sprof    DS4_CUDA_PROFILE=1 decode step profile at $PROFILE_CTX (default 2048), once per entry of $AB
 #   ncu      Nsight Compute of $KERNEL (regex, default "rowslice"), $NCU_COUNT launches (4), at $PROFILE_CTX;
@@ -184,6 +185,19 @@ for step in $STEPS; do
         done
         [ "$step" = kprof ] && break
       done
+      # Per entry, the mean tok/s of each context over the rounds (decode's or prefill's column).
+      if [ "$step" != kprof ]; then
+        col=$([ "$step" = decode ] && echo 5 || echo 3)
+        for entry in $AB; do
+          e=${entry//[^A-Za-z0-9_]/_}
+          m=$(awk -F, -v c="$col" 'FNR > 1 && $c != "" {
+                if (!($1 in n)) key[++k] = $1
+                s[$1] += $c; n[$1]++ }
+              END { for (i = 1; i <= k; i++) printf "%s: %.2f (%d); ", key[i], s[key[i]] / n[key[i]], n[key[i]] }' \
+              "$OUT/$step".*."$e".csv 2>/dev/null)
+          summary+=("$step mean $e: ${m:-no results}")
+        done
+      fi
       ;;
     ncu)  # KERNEL=regex (default the routed-expert matvecs): a few launches of a decode step at $PROFILE_CTX
       # NCU_SOURCE=1 also samples warp stalls per SASS instruction (ncu-source.csv: the source page)

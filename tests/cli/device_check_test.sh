@@ -60,6 +60,17 @@ grep -q "^decode.2._fb_Y_3: 2048: prefill 1 decode fb; " "$tmp/fo/summary.txt" |
 order=$(grep -o '^decode\.[12]\.[^:]*' "$tmp/fo/summary.txt" | tr '\n' ' ')
 [ "$order" = "decode.1._ decode.1.X_1_Y_2 decode.1._fb decode.1._fb_Y_3 decode.2._fb_Y_3 decode.2._fb decode.2.X_1_Y_2 decode.2._ " ] ||
   bad "rounds not in ABBA order: $order"
+# The per-entry means over the rounds: a stand-in whose decode value is V plus its call count
+# (round 1 runs V=10 then V=20, round 2 in reverse: 11, 12, 13, 14), at two contexts; an entry
+# without results says so.
+mkdir -p "$tmp/fm"
+printf '#!/bin/sh\nn=$(( $(cat "%s" 2>/dev/null || echo 0) + 1 )); echo $n >"%s"\nprintf "ctx,a,p,b,d\\n2048,0,1,0,%%s\\n8192,0,1,0,%%s\\n" $((V + n)) $((V + n + 100)) >"$(echo "$*" | sed "s/.*--csv //")"\n' \
+  "$tmp/fm/count" "$tmp/fm/count" >"$tmp/fm/ds4-bench"
+chmod +x "$tmp/fm/ds4-bench"
+env OUT="$tmp/fo5" ROUNDS=2 AB="V=10 V=20" bash "$script" "$tmp/fm" decode >/dev/null 2>&1
+grep -qx "decode mean V_10: 2048: 12.50 (2); 8192: 112.50 (2); " "$tmp/fo5/summary.txt" &&
+  grep -qx "decode mean V_20: 2048: 22.50 (2); 8192: 122.50 (2); " "$tmp/fo5/summary.txt" ||
+  bad "decode means wrong: $(grep mean "$tmp/fo5/summary.txt" 2>&1)"
 # An "@DIR" entry whose DIR has lib/ (scripts/stage-revs.sh) runs with DIR/lib first on the
 # library path.
 mkdir -p "$tmp/fl/lib"
@@ -75,7 +86,8 @@ expect 2 "unknown step bogus" -- env OUT="$tmp/out2" bash "$script" "$tmp/fa" "d
 [ ! -e "$tmp/out2" ] || bad "an unknown step still let the script start (made $tmp/out2)"
 mkdir -p "$tmp/fc" && printf '#!/bin/sh\nexit 1\n' >"$tmp/fc/ds4-bench" && chmod +x "$tmp/fc/ds4-bench"
 env OUT="$tmp/fo3" DECODE_CTX_MAX=2048 ROUNDS=1 bash "$script" "$tmp/fc" decode >/dev/null 2>&1
-grep -q "^decode.1._: FAILED (no results; see decode.1._.log)" "$tmp/fo3/summary.txt" ||
+grep -q "^decode.1._: FAILED (no results; see decode.1._.log)" "$tmp/fo3/summary.txt" &&
+  grep -qx "decode mean _: no results" "$tmp/fo3/summary.txt" ||
   bad "a bench without results is not marked: $(cat "$tmp/fo3/summary.txt" 2>&1)"
 echo "device-check script: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
