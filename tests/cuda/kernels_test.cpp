@@ -234,7 +234,7 @@ TEST_F(CudaKernels, CompressorPushMatchesCpu) {
                         {4, 128, model::CompressedRowKind::kIndexer, 9},
                         {128, 512, model::CompressedRowKind::kAttention, 129}};
   const model::RopeParams rope = model::rope_params_yarn(160000.0f, 16.0f, 65536, 32.0f, 1.0f, 64);
-  const int n_pair = 32;
+  const int n_pair = static_cast<int>(rope.n_rot / 2);  // the table's cos / sin halves per position
   for (const Case& c : cases) {
     SCOPED_TRACE("ratio " + std::to_string(c.ratio) + " d " + std::to_string(c.d));
     model::Compressor cpu(model::CompressorParams{c.ratio, c.d, c.kind, rope, model::kRmsEps});
@@ -243,8 +243,8 @@ TEST_F(CudaKernels, CompressorPushMatchesCpu) {
     for (float& v : ape) v = 0.25f * nd(rng);
     for (float& v : norm) v = ud(rng);
     for (int p = 0; p < c.steps; ++p)
-      model::rope_angles(rope, static_cast<uint32_t>(p), {&table[p * 2 * n_pair], size_t{32}},
-                         {&table[p * 2 * n_pair + n_pair], size_t{32}});
+      model::rope_angles(rope, static_cast<uint32_t>(p), {&table[p * 2 * n_pair], static_cast<size_t>(n_pair)},
+                         {&table[p * 2 * n_pair + n_pair], static_cast<size_t>(n_pair)});
     const std::vector<float> kv0(rows_n * width, 0.0f), sc0(rows_n * width, -1.0e30f);
     const size_t n_out = static_cast<size_t>(c.steps) / c.ratio;
     cuda::DeviceArray<float> dape(ape.size()), dnorm(d), dtable(table.size()), dkv(width), dsc(width);
@@ -511,7 +511,7 @@ TEST_F(CudaKernels, MatvecMatchesCpuForEveryTypeAndPath) {
     const int64_t blk = ggml_type_info(static_cast<uint32_t>(type))->block_elems;
     std::vector<Shape> shapes = {{37, 256}, {70, 4096}, {9, 16384}};
     if (blk == 32 || blk == 1) shapes.push_back({45, 96});  // 96-value rows: not 16-byte multiples
-    if (blk == 256) shapes.push_back({11, 7168});  // Pro's 28 blocks: lanes with 4 and 3 whole IQ2_XXS blocks
+    if (blk == 256) shapes.push_back({11, 7168});  // Pro's 28 blocks: not a multiple of a row's 8 lanes
     // Q8_0 launches of >= 24 MiB take the 2-lanes-per-block dot (grouped and as a pair).
     if (type == GgmlType::Q8_0) shapes.push_back({3072, 4096});
     for (const Shape sh : shapes) {
