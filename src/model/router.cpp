@@ -81,7 +81,8 @@ void router_weights(std::span<const float> p, std::span<const int32_t> selected,
       fail("router_weights: expert id {} outside [0, {})", e, p.size());
     }
     if (!std::isfinite(p[e])) {
-      fail("router_weights: router score of expert {} is {} (logit overflow or NaN)", e, p[e]);
+      fail("router_weights: router score of expert {} is {} (logit overflow or NaN; the model file's weights "
+           "may be corrupt)", e, p[e]);
     }
     weights[i] = p[e];
     sum += weights[i];

@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -150,6 +151,13 @@ TEST(Router, BadInputsThrow) {
   EXPECT_THROW(router_weights(pinf, ok, 1.5f, w), Error);  // logit +inf
   std::vector<float> pnan = {std::nanf(""), 1.0f, 2.0f};
   EXPECT_THROW(router_weights(pnan, ok, 1.5f, w), Error);
+  try {  // a corrupt weight byte reaches the router as a NaN: the message points at the file
+    router_weights(pnan, ok, 1.5f, w);
+    ADD_FAILURE() << "a NaN score was accepted";
+  } catch (const Error& e) {
+    const std::string want = "expert 0 is nan (logit overflow or NaN; the model file's weights may be corrupt)";
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
