@@ -20,7 +20,8 @@
 #   prefill  prefill tok/s at 2K / 8K, once per entry of $AB; then "prefill mean ENTRY" lines as decode's
 #   kprof    ds4-bench --kernel-profile (per-matrix matvec rates), once per entry of $AB
 #   sprof    DS4_CUDA_PROFILE=1 decode step profile at $PROFILE_CTX (default 2048), once per entry of $AB
-#   ncu      Nsight Compute of $KERNEL (regex, default "rowslice"), $NCU_COUNT launches (4), at $PROFILE_CTX;
+#   ncu      Nsight Compute of $KERNEL (regex, default "rowslice"), $NCU_COUNT launches (4) after skipping
+#            $NCU_SKIP launches of it (0; e.g. NCU_SKIP=4 to start past the first layers), at $PROFILE_CTX;
 #            NCU_SOURCE=1: also the stall samples per SASS instruction (ncu-source.csv)
 #   timeline every kernel of the last 3 decode steps at $PROFILE_CTX (CUPTI: DS4_CUDA_TIMELINE), once per entry
 #            of $AB, into $OUT/timeline.ENTRY.{kernels,graph}.csv; read them with scripts/timeline-report.py
@@ -203,7 +204,7 @@ for step in $STEPS; do
       # NCU_SOURCE=1 also samples warp stalls per SASS instruction (ncu-source.csv: the source page)
       src=()
       [ "${NCU_SOURCE:-0}" = 1 ] && src=(--section SourceCounters --import-source no -o "$OUT/ncu" -f)
-      DS4_CUDA_GRAPH=0 DS4_CUDA_PDL=0 ncu --clock-control none -k "regex:${KERNEL:-rowslice}" -c "${NCU_COUNT:-4}" \
+      DS4_CUDA_GRAPH=0 DS4_CUDA_PDL=0 ncu --clock-control none -k "regex:${KERNEL:-rowslice}" -s "${NCU_SKIP:-0}" -c "${NCU_COUNT:-4}" \
         --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
         --section LaunchStats --section SchedulerStats --metrics "$(stall_metrics)" "${src[@]}" \
         "$BIN/ds4-bench" --cuda "${SYNTH[@]}" --fill-state --ctx-start "${PROFILE_CTX:-2048}" \
