@@ -128,6 +128,7 @@ TEST(Options, RejectsBadInput) {
   expect_rejected({"--prompt-file", kText, "--ctx-start", "0"}, "--ctx-start");
   expect_rejected({"--prompt-file", kText, "--gen-tokens", "-1"}, "--gen-tokens");
   expect_rejected({"--prompt-file", kText, "--step-mul", "0.5"}, "--step-mul");
+  expect_rejected({"--prompt-file", kText, "--step-mul", "nan"}, "NaN is not a value");  // passes a range check
   expect_rejected({"--prompt-file", kText, "--step-incr", "0"}, "--step-incr");
   expect_rejected({"--prompt-file", kText, "--threads", "0"}, "--threads");
   expect_rejected({"--prompt-file", kText, "--ctx-start", "200", "--ctx-max", "100"},

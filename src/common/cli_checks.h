@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -50,7 +51,8 @@ inline CLI::Validator non_empty_list(const std::string& what, const std::string&
 }
 
 /// A numeric option's type check, run before its range check so that a value that is not a
-/// number says so ("Failed parsing abc as a number") instead of "not in range". No help text.
+/// number says so ("Failed parsing abc as a number") instead of "not in range"; a NaN is refused
+/// too (it would pass the range check). No help text.
 /// Unsigned integer types are parsed strictly (digits only, no sign, no wrap-around): CLI11's own
 /// conversion takes "-1" as the type's largest value and clamps values past it, so `--seed -1`
 /// and `--seed 99999999999999999999` would silently become 18446744073709551615.
@@ -68,7 +70,11 @@ CLI::Validator parses_as(const std::string& what) {
           // No lower bound here: the option's range check (e.g. --seed's >= 1) reports it.
           return ok ? std::string() : "Failed parsing " + s + " as " + what + " (digits only, at most " + max + ")";
         } else {
-          return CLI::detail::lexical_cast(s, v) ? std::string() : "Failed parsing " + s + " as " + what;
+          if (!CLI::detail::lexical_cast(s, v)) return "Failed parsing " + s + " as " + what;
+          // A NaN passes every range check (its comparisons are false): refused here.
+          if constexpr (std::is_floating_point_v<T>)
+            if (std::isnan(v)) return "Failed parsing " + s + " as " + what + " (NaN is not a value)";
+          return std::string();
         }
       },
       "", "parses as " + what);

@@ -15,6 +15,8 @@ expect 0 "--prompt-file" -- "$ds4" --help
 expect 2 "^ds4: The following argument was not expected: --nope" -- "$ds4" --nope
 expect 2 "temp.*not in range" -- "$ds4" -m "$model" -p hi --temp -1
 expect 2 "^ds4: --temp: Failed parsing abc" -- "$ds4" -m "$model" -p hi --temp abc
+expect 2 "^ds4: --temp: Failed parsing nan as a number \\(NaN is not a value\\)" -- "$ds4" -m "$model" -p hi --temp nan
+expect 2 "^ds4: --top-p: Failed parsing NaN" -- "$ds4" -m "$model" -p hi --top-p NaN
 expect 2 "ctx: Failed parsing 12x as a whole number" -- "$ds4" -m "$model" -p hi -c 12x
 # --seed is unsigned: a sign or a value past 2^64 - 1 is refused, not wrapped or clamped.
 u64_max=18446744073709551615
