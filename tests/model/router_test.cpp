@@ -150,8 +150,7 @@ TEST(Router, BadInputsThrow) {
   std::vector<float> pinf = {INFINITY, 1.0f, 2.0f};
   EXPECT_THROW(router_weights(pinf, ok, 1.5f, w), Error);  // logit +inf
   std::vector<float> pnan = {std::nanf(""), 1.0f, 2.0f};
-  EXPECT_THROW(router_weights(pnan, ok, 1.5f, w), Error);
-  try {  // a corrupt weight byte reaches the router as a NaN: the message points at the file
+  try {  // a corrupt weight byte reaches the router as a NaN: refused, and the message points at the file
     router_weights(pnan, ok, 1.5f, w);
     ADD_FAILURE() << "a NaN score was accepted";
   } catch (const Error& e) {
