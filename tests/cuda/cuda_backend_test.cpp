@@ -5,6 +5,7 @@
 // only the "no device" error path is checked.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +20,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_forward.h"
 #include "backend/cuda/graph_skip.h"
+#include "backend/cuda/launch_stream.h"
 #include "common/error.h"
 #include "cuda_test_util.h"
 #include "engine/engine.h"
@@ -416,6 +418,56 @@ TEST_F(CudaVsCpu, AttentionDecodeSwitchesKeepResults) {
     ref->eval(prompt, 0, lr, {});
     expect_equal_greedy_decode(*ref, *off, lr, lb, static_cast<int64_t>(prompt.size()), 6);
   }
+}
+
+// DS4_CUDA_SMEM_LIMIT lowers the shared memory the launchers may use (never raises it past the
+// device's opt-in maximum; a malformed or too small value is a clear error), and a session under
+// the 99 KiB of sm_86 / sm_89 / sm_120 gives the default's bytes: prefill, then greedy decode
+// steps (each launch of more than the limit would throw).
+TEST_F(CudaVsCpu, SmallSharedMemoryLimitKeepsResults) {
+  open("q2");
+  if (IsSkipped()) return;
+  int optin = 0;
+  ASSERT_EQ(cudaSuccess, cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+  unsetenv("DS4_CUDA_SMEM_LIMIT");
+  EXPECT_EQ(cuda::smem_limit(), static_cast<size_t>(optin));
+  setenv("DS4_CUDA_SMEM_LIMIT", "100000000", 1);
+  EXPECT_EQ(cuda::smem_limit(), static_cast<size_t>(optin));
+  for (const char* bad : {"", "abc", "16383", "-65536", "99K", "99999999999999999999999"}) {
+    setenv("DS4_CUDA_SMEM_LIMIT", bad, 1);
+    try {
+      cuda::smem_limit();
+      ADD_FAILURE() << "DS4_CUDA_SMEM_LIMIT=" << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a shared memory size in bytes"), std::string::npos) << e.what();
+    }
+  }
+  constexpr size_t k99KiB = 99 * 1024;
+  setenv("DS4_CUDA_SMEM_LIMIT", "101376", 1);
+  EXPECT_EQ(cuda::smem_limit(), std::min(k99KiB, static_cast<size_t>(optin)));
+  unsetenv("DS4_CUDA_SMEM_LIMIT");
+
+  const auto prompt = prompt_tokens(40, engine_->config().n_vocab);
+  const int steps = 6;
+  // Logits after the prompt and after each greedy step, with the limit set or not.
+  const auto run = [&](bool small) {
+    if (small) setenv("DS4_CUDA_SMEM_LIMIT", "101376", 1);
+    std::vector<std::vector<float>> out;
+    auto s = gpu_->new_session(128);
+    std::vector<float> l(V_);
+    s->eval(prompt, 0, l, {});
+    out.push_back(l);
+    for (int i = 0; i < steps; ++i) {
+      const int32_t t = argmax(l);
+      s->eval({&t, 1}, static_cast<int64_t>(prompt.size()) + i, l, {});
+      out.push_back(l);
+    }
+    unsetenv("DS4_CUDA_SMEM_LIMIT");
+    return out;
+  };
+  const auto want = run(false), got = run(true);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(want[i].data(), got[i].data(), V_ * sizeof(float))) << "step " << i;
 }
 
 // DS4_CUDA_NO_PDL's parser (host only, no device needed): the sites' bits in NoPdlSite order,

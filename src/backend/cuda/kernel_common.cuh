@@ -13,6 +13,7 @@
 
 #include "backend/cuda/launch_stream.h"
 #include "backend/cuda/pdl.cuh"
+#include "common/error.h"
 
 namespace ds4::cuda {
 namespace {
@@ -71,8 +72,12 @@ void launch_k(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Arg
 // Lets `kernel` launch with `bytes` of dynamic shared memory on the current device (an opt-in
 // when they and its `static_bytes` pass 48 KiB; per device, so it is set at every launch: cheap
 // on the host, thread-safe for expert-parallel ranks on several devices, and captured graphs keep
-// the launch's size).
+// the launch's size). Launchers choose shapes within smem_limit(); one that does not fit throws
+// ds4::Error here rather than fail at launch (or pass on a larger GPU than the emulated one).
 void allow_dynamic_smem(const void* kernel, size_t bytes, size_t static_bytes = 0) {
+  if (const size_t limit = smem_limit(); bytes + static_bytes > limit)
+    fail("a CUDA kernel needs {} bytes of shared memory per block; this device allows {} (no smaller shape was "
+         "chosen: a bug)", bytes + static_bytes, limit);
   if (bytes + static_bytes > 48 * 1024)
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
 }

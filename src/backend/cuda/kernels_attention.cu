@@ -65,6 +65,10 @@ __device__ const float* attn_row(const AttnWin& w, const AttnShape& a, const flo
 // combine block covers kAttHeads heads x kAttDims output dims and walks the rows in chunks of
 // kAttChunk (V slices, probabilities and selected row ids in shared memory).
 constexpr int kAttHeads = 8, kAttLaneRegs = 64, kAttDims = 32, kAttChunk = 768;
+// The decode combine's chunk on devices whose blocks get less shared memory than kAttChunk's
+// ~123 KiB (99 KiB on sm_86, sm_89, sm_120): ~82 KiB. The rows are still summed in order, so the
+// result is the same bit for bit.
+constexpr int kAttChunkSmall = 512;
 // Rows per scores lane: 1 for the decode step (more blocks for one token), kAttBatchLaneRows for
 // prefill chunks (ncu, one row per lane: 91 % L1 throughput, the q reads from shared memory).
 constexpr int kAttBatchLaneRows = 4;
@@ -443,12 +447,13 @@ __global__ void __launch_bounds__(kAttHeads * 32) attn_softmax_kernel(const floa
 
 // Softmax with a sink and the weighted sum (model::sink_attention steps 2-3) of kAttHeads heads
 // x kAttDims output dims, grid (dim slices, head groups); one block per SM. Per chunk of up to
-// kAttChunk rows: the V slices of all its rows are copied into shared memory at once (cp.async,
+// kChunk rows: the V slices of all its rows are copied into shared memory at once (cp.async,
 // every load in flight together) while the block makes the probabilities exp(s - max); then warp
 // w < 8 (head h0 + w, lane = output dim) sums each output value over the rows in order, every V
 // element read once for the 8 heads, and warp 8's lanes sum the 8 denominators in row order.
 // Token blockIdx.z of a batch as attn_scores_kernel (out advances by out_stride). kChunk: rows
-// per chunk (kAttChunk: one block per SM for the decode step's single token). With rope_table
+// per chunk (kAttChunk, or kAttChunkSmall where blocks get less shared memory; one block per SM
+// for the decode step's single token). With rope_table
 // set, the inverse tail RoPE at *pos (rope_kernel's rope_pair with sign -1) is applied to the
 // output before it is stored: pair (2p, 2p + 1) of the tail sits in lanes (2p, 2p + 1) of a warp
 // when the tail starts at an even dim, so one shuffle brings each lane its partner
@@ -456,7 +461,7 @@ __global__ void __launch_bounds__(kAttHeads * 32) attn_softmax_kernel(const floa
 // warp's 32 values are one Q8_0 block) every output warp also quantizes its values into block
 // ((h0 + warp) * dim + i0) / 32 of out_q8 (quantize_q8_0_block, as the quantize kernels).
 template <int kChunk, bool kHelpers = false>
-__global__ void __launch_bounds__(kHelpers ? kAttCombineMaxThreads : kAttCombineThreads, kChunk == kAttChunk ? 1 : 2)
+__global__ void __launch_bounds__(kHelpers ? kAttCombineMaxThreads : kAttCombineThreads, 1)
 attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, int64_t n_swa, const int64_t* pos,
                     const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride, int64_t n_sel,
                     const float* scratch, int64_t scratch_stride, float* out, int64_t out_stride,
@@ -902,10 +907,13 @@ void attention_launches(const float* q, int64_t q_stride, const float* sinks, in
     return;
   }
   const dim3 cgrid(static_cast<unsigned>((dim + kAttDims - 1) / kAttDims), groups, 1);
-  const size_t csmem = combine_smem(kAttChunk);
   static const bool helpers = !env_is_zero("DS4_CUDA_ATTN_HELPERS");
-  const auto ck = helpers ? attn_combine_kernel<kAttChunk, true> : attn_combine_kernel<kAttChunk, false>;
-  allow_dynamic_smem(reinterpret_cast<const void*>(ck), csmem);
+  constexpr size_t kStatic = 2 * kAttHeads * sizeof(float);  // ms, inv
+  const bool big = combine_smem(kAttChunk) + kStatic <= smem_limit();
+  const size_t csmem = combine_smem(big ? kAttChunk : kAttChunkSmall);
+  const auto ck = big ? (helpers ? attn_combine_kernel<kAttChunk, true> : attn_combine_kernel<kAttChunk, false>)
+                      : (helpers ? attn_combine_kernel<kAttChunkSmall, true> : attn_combine_kernel<kAttChunkSmall, false>);
+  allow_dynamic_smem(reinterpret_cast<const void*>(ck), csmem, kStatic);
   const int threads = helpers ? kAttCombineMaxThreads : kAttCombineThreads;
   launch_k(ck, cgrid, threads, csmem, sinks, n_head, dim, win, n_swa, pos, comp, ratio, sel, sel_stride, n_sel, scratch,
            ss, out, out_stride, rope_table, n_pair, out_q8, rows_early);

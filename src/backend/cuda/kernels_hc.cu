@@ -401,7 +401,7 @@ namespace {
 bool hc_norm_matvec_fits(uint32_t type, size_t row_bytes, int64_t rows, int64_t cols, const uint8_t* w,
                          const float* x, size_t smem) {
   const int wb = type == 0 ? 4 : (type == 1 || type == 30) ? 2 : 0;
-  return wb != 0 && cols % 16 == 0 && row_bytes == static_cast<size_t>(cols) * wb && smem <= 200 * 1024 &&
+  return wb != 0 && cols % 16 == 0 && row_bytes == static_cast<size_t>(cols) * wb && smem <= smem_limit() &&
          reinterpret_cast<uintptr_t>(w) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && rows > 0;
 }
 }  // namespace

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/step_profile.h"
+#include "common/error.h"
 
 namespace ds4::cuda {
 namespace {
@@ -332,6 +334,24 @@ bool env_is_zero(const char* name) {
 bool env_is_on(const char* name) {
   const char* v = std::getenv(name);
   return v && *v && std::strcmp(v, "0") != 0;
+}
+
+size_t smem_limit() {
+  // Read at every call (a few launchers per step ask; tests change it between sessions).
+  size_t cap = SIZE_MAX;
+  if (const char* v = std::getenv("DS4_CUDA_SMEM_LIMIT")) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(v, &end, 10);
+    if (*v < '0' || *v > '9' || *end != '\0' || errno == ERANGE || n < 16384)
+      fail("DS4_CUDA_SMEM_LIMIT \"{}\" is not a shared memory size in bytes (a whole number from 16384)", v);
+    cap = static_cast<size_t>(n);
+  }
+  int dev = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess || optin <= 0)
+    optin = 48 * 1024;
+  return std::min(static_cast<size_t>(optin), cap);
 }
 
 bool pdl_enabled() {

@@ -2643,13 +2643,15 @@ int predecode_mode() {
 }
 
 template <uint32_t T, int kG, int kW, int kBlk = kSgBlk, int kMinBlocks = 0>
-void launch_predecode(const MatmatArgs& a, int groups) {
+bool launch_predecode(const MatmatArgs& a, int groups) {
   using L = Pd<T, kG, kW, kBlk>;
+  if (L::kSmem > smem_limit()) return false;
   auto* k = matmat_predecode_kernel<T, kG, kW, kBlk, kMinBlocks>;
   allow_dynamic_smem(reinterpret_cast<const void*>(k), L::kSmem);
   cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   const dim3 grid(static_cast<unsigned>((a.n_rows + L::kRows - 1) / L::kRows), static_cast<unsigned>(groups));
   launch_k(k, grid, kW * 32, L::kSmem, a);
+  return true;
 }
 
 // Compute capability >= 8.0 on the current device (integer mma.sync).
@@ -2686,7 +2688,7 @@ void launch_matmat(const MatmatArgs& a, int groups) {
     if constexpr (T == kQ8_0) {
       if (!tiled_off() && !mma_off() && !lane_matmat_off() && !a.cnt && !a.list && a.cols % 256 == 0 &&
           a.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.act_stride % 16 == 0 &&
-          reinterpret_cast<uintptr_t>(a.act) % 16 == 0 && has_int8_mma()) {
+          reinterpret_cast<uintptr_t>(a.act) % 16 == 0 && has_int8_mma() && kQtSmem <= smem_limit()) {
         const dim3 grid(static_cast<unsigned>((a.n_rows + kQtRows - 1) / kQtRows), static_cast<unsigned>(groups),
                         static_cast<unsigned>((a.n_tok + kQtTok - 1) / kQtTok));
         allow_dynamic_smem(reinterpret_cast<const void*>(matmat_q8_tiled_kernel), kQtSmem);
@@ -2704,15 +2706,19 @@ void launch_matmat(const MatmatArgs& a, int groups) {
             reinterpret_cast<uintptr_t>(a.act) % 16 == 0) {
           const int pmode = predecode_mode();
           const int ktile = predecode_ktile();
+          // Each shape launches only if its shared memory fits the device (launch_predecode);
+          // on one with less (99 KiB per block: sm_86, sm_89, sm_120) the next is tried: the
+          // 64-row shape, then 64 rows with K tiles of 2 blocks, then matmat_mma_kernel below.
           if constexpr (T == kIQ2_XXS || T == kQ2_K) {
-            if (ktile == 2) return launch_predecode<T, 6, 8, 2, 2>(a, groups);
-            if (ktile == 3) return launch_predecode<T, 8, 6, 2, 2>(a, groups);
+            if (ktile == 2 && launch_predecode<T, 6, 8, 2, 2>(a, groups)) return;
+            if (ktile == 3 && launch_predecode<T, 8, 6, 2, 2>(a, groups)) return;
+            if (ktile == 4 && pmode == 3 && launch_predecode<T, T == kIQ2_XXS ? 8 : 6, 8>(a, groups)) return;
+            if (ktile == 4 && pmode == 2 && launch_predecode<T, 6, 8>(a, groups)) return;
+            if (launch_predecode<T, T == kIQ2_XXS ? 4 : 3, 4>(a, groups)) return;  // and pmode 1
+          } else {
+            if (launch_predecode<T, 2, 4>(a, groups)) return;
           }
-          if constexpr (T == kQ4_K) launch_predecode<T, 2, 4>(a, groups);
-          else if (pmode == 1) launch_predecode<T, T == kIQ2_XXS ? 4 : 3, 4>(a, groups);
-          else if (pmode == 2) launch_predecode<T, 6, 8>(a, groups);
-          else launch_predecode<T, T == kIQ2_XXS ? 8 : 6, 8>(a, groups);
-          return;
+          if (launch_predecode<T, T == kQ4_K ? 2 : 6, 4, 2>(a, groups)) return;
         }
       }
       const int64_t rows_per_block = a.cnt ? 16 * kMqWarps : 16;  // as matmat_mma_kernel

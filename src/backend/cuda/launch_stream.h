@@ -5,6 +5,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
+
 namespace ds4::cuda {
 
 /// The current thread's launch stream (assignable).
@@ -45,6 +47,14 @@ class PdlOffGuard {
 /// when the current device has compute capability >= 9, unless DS4_CUDA_PDL=0 or the step
 /// profile (DS4_CUDA_PROFILE, which times operations one by one) is on.
 bool pdl_enabled();
+
+/// Bytes of shared memory (dynamic + static) one block may use on the current device: its opt-in
+/// maximum (cudaDevAttrMaxSharedMemoryPerBlockOptin: 227 KiB on sm_90 and sm_100, 163 KiB on
+/// sm_80, 99 KiB on sm_86, sm_89 and sm_120), lowered to DS4_CUDA_SMEM_LIMIT bytes when that is
+/// set (tests emulate a smaller GPU on a larger one); 48 KiB when the device cannot be queried.
+/// Launchers pick a kernel shape within it. Throws ds4::Error if DS4_CUDA_SMEM_LIMIT is not a
+/// whole number of bytes from 16384 up.
+size_t smem_limit();
 
 /// True when environment variable `name` is exactly "0": the DS4_CUDA_* switches that turn a
 /// default path off (docs/architecture.md).

@@ -65,9 +65,9 @@ void to_device_layout(const DevMatrix& m) {
   if (m.cols % vals != 0 || m.row_bytes != static_cast<size_t>(nb) * s.block)
     fail("CUDA weight layout: a {}-column row of type {} is not whole blocks ({} bytes)", m.cols, m.type,
          m.row_bytes);
-  constexpr size_t kMaxRow = 200 * 1024;
-  if (m.row_bytes > kMaxRow)
-    fail("CUDA weight layout: rows of {} bytes exceed the {} bytes one block can stage", m.row_bytes, kMaxRow);
+  const size_t max_row = smem_limit();
+  if (m.row_bytes > max_row)
+    fail("CUDA weight layout: rows of {} bytes exceed the {} bytes one block can stage", m.row_bytes, max_row);
   allow_dynamic_smem(reinterpret_cast<const void*>(split_rows_kernel), m.row_bytes);
   const unsigned grid = static_cast<unsigned>(m.rows < 65536 ? m.rows : 65536);
   // The legacy default stream, as the uploads and the synthetic generator use; synchronised so
