@@ -1135,7 +1135,8 @@ void launch_rowslice_as(const MatvecJobs& jobs, int64_t rows, size_t smem, int n
 }
 
 // Launches matvec_rowslice_kernel when the format has one and the rows and activation suit it
-// (16-byte aligned rows, the staged activation within kRsMaxSmem); false otherwise.
+// (16-byte aligned rows, the staged activation within kRsMaxSmem and, with the static tables,
+// within smem_limit); false otherwise.
 template <uint32_t T>
 bool launch_rowslice(const MatvecJobs& jobs, int n_jobs, int groups) {
   if constexpr (T != kQ2_K && T != kQ4_K && T != kIQ2_XXS) {
@@ -1151,7 +1152,9 @@ bool launch_rowslice(const MatvecJobs& jobs, int n_jobs, int groups) {
       nblk = std::max(nblk, a.cols / 256);
     }
     const size_t smem = lanes == 4 ? rs_smem_bytes<T, 4>(nblk) : rs_smem_bytes<T, 8>(nblk);
-    if (smem > kRsMaxSmem) return false;
+    // Static shared memory (launch_rowslice_as): at most the IQ2_XXS grid and sign tables.
+    constexpr size_t kTables = T == kIQ2_XXS ? sizeof(uint64_t) * 384 * kRsGridCopies : 16;
+    if (smem > kRsMaxSmem || smem + kTables > smem_limit()) return false;
     const bool two = rowslice_rows<T>() == 2;
     if (lanes == 4) {
       two ? launch_rowslice_as<T, 4, 2>(jobs, rows, smem, n_jobs, groups)
