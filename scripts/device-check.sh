@@ -29,8 +29,8 @@
 #            per-kernel totals per step against the graph's step time (the launch gaps)
 # TEST_FILTER: a gtest filter for the tests step's test_cuda run (default: every test), e.g.
 # TEST_FILTER='CudaVsCpu.*' to check a kernel change end to end in a few seconds.
-# TEST_AB: environment settings under which the CudaKernels.* tests run again (as AB's, without
-# "@DIR" entries).
+# TEST_AB: environment settings under which the CudaKernels.* tests (TEST_AB_FILTER, when set)
+# run again (as AB's, without "@DIR" entries).
 # AB: space-separated environment settings to compare, "-" for none (default "-"); each entry's
 # variables are comma-separated, e.g. AB="- DS4_CUDA_MATVEC_ROWSLICE=0" runs each benchmark with
 # the defaults and with the row-slice kernel off, alternated twice. An entry "@DIR" runs the
@@ -147,9 +147,9 @@ for step in $STEPS; do
       summary+=("test_cuda: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' "$OUT/test_cuda.log" | tr '\n' ' ')")
       # TEST_AB: environment settings under which the CudaKernels tests run again (kernel variants)
       for entry in ${TEST_AB:-}; do
-        with_env "$entry" env DS4_TINY_MODELS=$MODELS "$BIN/test_cuda" --gtest_filter='CudaKernels.*' \
+        with_env "$entry" env DS4_TINY_MODELS=$MODELS "$BIN/test_cuda" --gtest_filter="${TEST_AB_FILTER:-CudaKernels.*}" \
           >"$OUT/test_cuda.${entry//[^A-Za-z0-9_]/_}.log" 2>&1
-        summary+=("test_cuda CudaKernels.* with $entry: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' \
+        summary+=("test_cuda ${TEST_AB_FILTER:-CudaKernels.*} with $entry: $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]' \
           "$OUT/test_cuda.${entry//[^A-Za-z0-9_]/_}.log" | tr '\n' ' ')")
       done
       ;;
