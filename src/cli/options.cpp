@@ -43,7 +43,7 @@ Options parse_options(int argc, char** argv) {
                                           "Think Max (needs ctx >= 393216)");
   think->excludes(nothink)->excludes(think_max);
   nothink->excludes(think_max);
-  app.add_option("-t,--threads", o.threads, "CPU threads (default: all cores)")
+  app.add_option("-t,--threads", o.threads, "CPU threads (default: DS4_THREADS, else all cores)")
       ->check(ds4::whole_number())->check(CLI::Range(1, 4096));
   auto* cpu = app.add_flag_callback("--cpu", [&] { o.backend = "cpu"; }, "Use the CPU backend");
   auto* cuda = app.add_flag_callback("--cuda", [&] { o.backend = "cuda"; }, "Use the CUDA backend");

@@ -52,7 +52,7 @@ Flags parse(int argc, char** argv) {
   app.add_option("-n,--tokens", f.tokens, "Default max_tokens when a request gives none")
       ->capture_default_str()
       ->check(ds4::whole_number())->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  app.add_option("-t,--threads", f.threads, "CPU threads (default: all cores)")->check(ds4::whole_number())->check(CLI::Range(1, 4096));
+  app.add_option("-t,--threads", f.threads, "CPU threads (default: DS4_THREADS, else all cores)")->check(ds4::whole_number())->check(CLI::Range(1, 4096));
   app.add_option("--gpu-devices", f.gpu_devices, "CUDA devices, e.g. 0,1 (several: experts split across them)")
       ->check(ds4::non_empty_list("device", "0 or 0,1"));
   app.add_option("--gpu-vram", f.gpu_vram, "GPU memory budget per device in GiB (N[,N...]) or auto; 0 = no CUDA");
