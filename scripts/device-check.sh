@@ -27,6 +27,8 @@
 #            of $AB, into $OUT/timeline.ENTRY.{kernels,graph}.csv; read them with scripts/timeline-report.py
 #   ktime    every decode kernel's duration at $PROFILE_CTX (default 2048; ncu, graph nodes one by one, serialised):
 #            per-kernel totals per step against the graph's step time (the launch gaps)
+#   sass     the machine code of the kernels whose names match $KERNEL (regex, default "rowslice") in
+#            ds4-bench, by the device toolkit's cuobjdump (this machine has none), into $OUT/sass.txt
 # TEST_FILTER: a gtest filter for the tests step's test_cuda run (default: every test), e.g.
 # TEST_FILTER='CudaVsCpu.*' to check a kernel change end to end in a few seconds.
 # TEST_AB: environment settings under which the CudaKernels.* tests (TEST_AB_FILTER, when set)
@@ -73,7 +75,7 @@ usage="usage: $0 BIN_DIR [STEPS] (BIN_DIR: ds4-bench and the rest, made by: $0 -
 case ${1:-} in -h|--help) echo "$usage (the steps and variables: this script's header)"; exit 0 ;; esac
 [ -n "${1:-}" ] || { echo "$usage" >&2; exit 2; }
 STEPS=${2:-tests nano decode prefill}
-STEP_NAMES="tests nano decode prefill kprof sprof ncu ktime timeline"
+STEP_NAMES="tests nano decode prefill kprof sprof ncu ktime timeline sass"
 for step in $STEPS; do  # a mistyped step is refused first, before the others spend device time
   [[ " $STEP_NAMES " == *" $step "* ]] || { echo "$0: unknown step $step (steps: $STEP_NAMES)" >&2; exit 2; }
 done
@@ -227,6 +229,11 @@ for step in $STEPS; do
              printf "%10.1f us/step %7.1f calls/step (total, %d steps)\n", tot / 1e3 / steps, cnt / steps, steps}' \
         "$OUT/ktime.csv" | sort -rn >"$OUT/ktime.txt"
       summary+=("ktime: $(grep total "$OUT/ktime.txt")")
+      ;;
+    sass)  # no GPU work: each "Function : NAME" block of cuobjdump's listing whose NAME matches $KERNEL
+      cuobjdump -sass "$BIN/ds4-bench" 2>"$OUT/sass.err" |
+        awk -v re="${KERNEL:-rowslice}" '/Function : /{keep = ($0 ~ re)} keep' >"$OUT/sass.txt"
+      summary+=("sass: $(grep -c 'Function : ' "$OUT/sass.txt") kernels matching ${KERNEL:-rowslice} in sass.txt")
       ;;
     timeline)  # once per entry of $AB: the last 3 of 8 decode steps (graph launches) at PROFILE_CTX
       for entry in $AB; do

@@ -89,5 +89,16 @@ env OUT="$tmp/fo3" DECODE_CTX_MAX=2048 ROUNDS=1 bash "$script" "$tmp/fc" decode 
 grep -q "^decode.1._: FAILED (no results; see decode.1._.log)" "$tmp/fo3/summary.txt" &&
   grep -qx "decode mean _: no results" "$tmp/fo3/summary.txt" ||
   bad "a bench without results is not marked: $(cat "$tmp/fo3/summary.txt" 2>&1)"
+# The sass step keeps cuobjdump's blocks of the kernels matching KERNEL (a stand-in cuobjdump on
+# PATH lists three kernels of ds4-bench, two of them combine kernels).
+mkdir -p "$tmp/tools"
+printf '#!/bin/sh\n[ "$1" = -sass ] || exit 9\necho "Fatbin elf code:"\nfor f in attn_combine_kernelILi768E rowslice attn_combine_kernelILi512E; do\n  printf "\\t\\tFunction : _Z%%s\\n        /*0000*/ MOV R1, c[0x0][0x28] ;\\n" "$f"\ndone\n' >"$tmp/tools/cuobjdump"
+chmod +x "$tmp/tools/cuobjdump"
+env PATH="$tmp/tools:$PATH" OUT="$tmp/fs" KERNEL=combine bash "$script" "$tmp/fa" sass >/dev/null 2>&1
+grep -qx "sass: 2 kernels matching combine in sass.txt" "$tmp/fs/summary.txt" ||
+  bad "sass summary: $(cat "$tmp/fs/summary.txt" 2>&1)"
+tar xzf "$tmp/fs/logs.tar.gz" -C "$tmp/fs" 2>/dev/null
+[ "$(grep -c 'MOV R1' "$tmp/fs/sass.txt" 2>/dev/null)" = 2 ] && ! grep -q rowslice "$tmp/fs/sass.txt" ||
+  bad "sass.txt does not hold exactly the combine kernels: $(cat "$tmp/fs/sass.txt" 2>&1)"
 echo "device-check script: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
