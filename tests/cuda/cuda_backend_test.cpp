@@ -420,10 +420,28 @@ TEST_F(CudaVsCpu, AttentionDecodeSwitchesKeepResults) {
   }
 }
 
+// DS4_CUDA_SMEM_LIMIT's value (host only, no device needed: it is read before the device is
+// asked): a whole number of bytes from 16384, below every device's limit (and the 48 KiB assumed
+// without a device) taken as it is; anything else is a clear error.
+TEST(CudaSmemLimit, ReadsTheEnvironmentAndRejectsBadValues) {
+  setenv("DS4_CUDA_SMEM_LIMIT", "20000", 1);
+  EXPECT_EQ(cuda::smem_limit(), size_t{20000});
+  for (const char* bad : {"", "abc", "16383", "-65536", " 65536", "+65536", "99K", "99999999999999999999999"}) {
+    setenv("DS4_CUDA_SMEM_LIMIT", bad, 1);
+    try {
+      cuda::smem_limit();
+      ADD_FAILURE() << "DS4_CUDA_SMEM_LIMIT=" << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a shared memory size in bytes"), std::string::npos) << e.what();
+    }
+  }
+  unsetenv("DS4_CUDA_SMEM_LIMIT");
+}
+
 // DS4_CUDA_SMEM_LIMIT lowers the shared memory the launchers may use (never raises it past the
-// device's opt-in maximum; a malformed or too small value is a clear error), and a session under
-// the 99 KiB of sm_86 / sm_89 / sm_120 gives the default's bytes: prefill, then greedy decode
-// steps (each launch of more than the limit would throw).
+// device's opt-in maximum), and a session under the 99 KiB of sm_86 / sm_89 / sm_120 gives the
+// default's bytes: prefill, then greedy decode steps (each launch of more than the limit would
+// throw).
 TEST_F(CudaVsCpu, SmallSharedMemoryLimitKeepsResults) {
   open("q2");
   if (IsSkipped()) return;
@@ -433,15 +451,6 @@ TEST_F(CudaVsCpu, SmallSharedMemoryLimitKeepsResults) {
   EXPECT_EQ(cuda::smem_limit(), static_cast<size_t>(optin));
   setenv("DS4_CUDA_SMEM_LIMIT", "100000000", 1);
   EXPECT_EQ(cuda::smem_limit(), static_cast<size_t>(optin));
-  for (const char* bad : {"", "abc", "16383", "-65536", "99K", "99999999999999999999999"}) {
-    setenv("DS4_CUDA_SMEM_LIMIT", bad, 1);
-    try {
-      cuda::smem_limit();
-      ADD_FAILURE() << "DS4_CUDA_SMEM_LIMIT=" << bad << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("is not a shared memory size in bytes"), std::string::npos) << e.what();
-    }
-  }
   constexpr size_t k99KiB = 99 * 1024;
   setenv("DS4_CUDA_SMEM_LIMIT", "101376", 1);
   EXPECT_EQ(cuda::smem_limit(), std::min(k99KiB, static_cast<size_t>(optin)));

@@ -6,7 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cerrno>
+#include <charconv>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -340,12 +340,10 @@ size_t smem_limit() {
   // Read at every call (a few launchers per step ask; tests change it between sessions).
   size_t cap = SIZE_MAX;
   if (const char* v = std::getenv("DS4_CUDA_SMEM_LIMIT")) {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long n = std::strtoull(v, &end, 10);
-    if (*v < '0' || *v > '9' || *end != '\0' || errno == ERANGE || n < 16384)
+    const char* end = v + std::strlen(v);
+    const auto r = std::from_chars(v, end, cap);  // digits only: no sign, no space, no overflow
+    if (r.ec != std::errc() || r.ptr != end || cap < 16384)
       fail("DS4_CUDA_SMEM_LIMIT \"{}\" is not a shared memory size in bytes (a whole number from 16384)", v);
-    cap = static_cast<size_t>(n);
   }
   int dev = 0, optin = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||

@@ -1120,6 +1120,12 @@ bool iq2_sign_table() {
   return on;
 }
 
+// Static shared memory of matvec_rowslice_kernel<T, .., kSt>: the IQ2_XXS grid copies (32 KiB)
+// and, with the sign table, its masks' (16 KiB); else 8-byte words.
+constexpr size_t rs_static_smem(uint32_t T, bool sign_table) {
+  return sizeof(uint64_t) * ((T == kIQ2_XXS ? 256 * kRsGridCopies : 1) + (sign_table ? 128 * kRsGridCopies : 1));
+}
+
 // matvec_rowslice_kernel<T, kL, kR, kSt> over `rows` rows per job and group; smem:
 // rs_smem_bytes<T, kL>.
 template <uint32_t T, int kL, int kR, bool kSt = false>
@@ -1128,9 +1134,7 @@ void launch_rowslice_as(const MatvecJobs& jobs, int64_t rows, size_t smem, int n
   const dim3 grid(static_cast<unsigned>((rows + per_block - 1) / per_block), static_cast<unsigned>(groups),
                   static_cast<unsigned>(n_jobs));
   auto kernel = matvec_rowslice_kernel<T, kL, kR, kSt>;
-  // Static: the IQ2_XXS grid copies (32 KiB) and the sign masks' (16 KiB), else 8-byte words.
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem,
-                     sizeof(uint64_t) * ((T == kIQ2_XXS ? 256 * kRsGridCopies : 1) + (kSt ? 128 * kRsGridCopies : 1)));
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, rs_static_smem(T, kSt));
   launch_k(kernel, grid, kRsWarps * 32, smem, jobs);
 }
 
@@ -1152,9 +1156,8 @@ bool launch_rowslice(const MatvecJobs& jobs, int n_jobs, int groups) {
       nblk = std::max(nblk, a.cols / 256);
     }
     const size_t smem = lanes == 4 ? rs_smem_bytes<T, 4>(nblk) : rs_smem_bytes<T, 8>(nblk);
-    // Static shared memory (launch_rowslice_as): at most the IQ2_XXS grid and sign tables.
-    constexpr size_t kTables = T == kIQ2_XXS ? sizeof(uint64_t) * 384 * kRsGridCopies : 16;
-    if (smem > kRsMaxSmem || smem + kTables > smem_limit()) return false;
+    // With the largest static tables this format's kernels take (the sign table: IQ2_XXS only).
+    if (smem > kRsMaxSmem || smem + rs_static_smem(T, T == kIQ2_XXS) > smem_limit()) return false;
     const bool two = rowslice_rows<T>() == 2;
     if (lanes == 4) {
       two ? launch_rowslice_as<T, 4, 2>(jobs, rows, smem, n_jobs, groups)
