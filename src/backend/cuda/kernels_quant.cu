@@ -2414,7 +2414,8 @@ __global__ void __launch_bounds__(kW * 32, kMinBlocks) matmat_predecode_kernel(M
 // 16-byte aligned). A block of 8 warps computes 64 rows x 64 tokens; warp w takes rows
 // 32 (w & 1) .. +31 and tokens 16 (w >> 1) .. +15: two 16-row A tiles x two 8-token B tiles,
 // 4 m16n8k32 per 32-value block, 16 outputs per lane x 8 accumulators = 128 registers (a larger
-// warp tile would pass 255). K tiles of 8 blocks are staged by cp.async in kQtStages buffers
+// warp tile would pass 255). K tiles of 8 blocks are staged by cp.async in kStages buffers (3;
+// 2 where a block gets less shared memory, e.g. 99 KiB on sm_86/89/120)
 // (the first weight tiles before pdl_wait: weights are constant); staged rows are padded
 // (+16 bytes, a stride of 4 mod 32 words) so ldmatrix's 8-row phases and the 32-bit activation
 // reads hit distinct banks. A fragments by ldmatrix.x4, B fragments by 32-bit loads (the
@@ -2426,7 +2427,7 @@ __global__ void __launch_bounds__(kW * 32, kMinBlocks) matmat_predecode_kernel(M
 // multiple of 8) goes to accumulator i = b mod 8 with matmat_mma_kernel's float steps (separate
 // mul and add, --fmad=false) in block order, then the same final tree: bit-identical to matvec.
 // Rows past n_rows read the last row, tokens past n_tok the last token; neither is stored.
-constexpr int kQtRows = 64, kQtTok = 64, kQtBlk = 8, kQtStages = 3, kQtThreads = 256;
+constexpr int kQtRows = 64, kQtTok = 64, kQtBlk = 8, kQtThreads = 256;
 constexpr int kQtWStride = kQtBlk * 32 + 16;  // staged payload bytes per row
 constexpr int kQtXStride = kQtBlk * 36 + 16;  // staged activation bytes per token
 constexpr int kQtBias = 0x4B400000;           // the float 12582912 = 1.5 * 2^23
@@ -2436,7 +2437,8 @@ struct QtStage {
   uint8_t d[kQtRows * 16];  // each row's 8 f16 block scales
   uint8_t x[kQtTok * kQtXStride];
 };
-constexpr size_t kQtSmem = kQtStages * sizeof(QtStage);
+// Dynamic shared memory of matmat_q8_tiled_kernel<stages>: 111 KiB for 3 stages, 74 KiB for 2.
+constexpr size_t qt_smem_bytes(int stages) { return static_cast<size_t>(stages) * sizeof(QtStage); }
 static_assert(sizeof(QtStage) % 16 == 0, "stages stay 16-byte aligned");
 
 // mma m16n8k32 s8 with every accumulator input kQtBias (c = isum + kQtBias, exact in s32).
@@ -2465,6 +2467,7 @@ __device__ __forceinline__ void ldmatrix_x4(int (&r)[4], uint32_t addr) {
 #endif
 }
 
+template <int kStages>
 __global__ void __launch_bounds__(kQtThreads, 1) matmat_q8_tiled_kernel(MatmatArgs a) {
   extern __shared__ __align__(16) uint8_t qt_smem[];
   QtStage* st = reinterpret_cast<QtStage*>(qt_smem);
@@ -2483,7 +2486,7 @@ __global__ void __launch_bounds__(kQtThreads, 1) matmat_q8_tiled_kernel(MatmatAr
   const int64_t kk = k0 + lr < n ? k0 + lr : n - 1;
   const uint8_t* xsrc = a.act + static_cast<size_t>((kk / a.in_div) * a.in_mul + grp * a.in_gmul) * a.act_stride;
   auto load_w = [&](int kt) {  // 16 payload chunks + 1 scale chunk per row
-    QtStage& sb = st[kt % kQtStages];
+    QtStage& sb = st[kt % kStages];
     const int64_t b0 = static_cast<int64_t>(kt) * kQtBlk;
 #pragma unroll
     for (int q = 0; q < 4; ++q) {
@@ -2493,7 +2496,7 @@ __global__ void __launch_bounds__(kQtThreads, 1) matmat_q8_tiled_kernel(MatmatAr
     if (lc == 0) cp_async16(sb.d + lr * 16, wsrc + nblk * 32 + 2 * b0);
   };
   auto load_x = [&](int kt) {  // 8 blocks of 36 bytes = 18 chunks per token
-    QtStage& sb = st[kt % kQtStages];
+    QtStage& sb = st[kt % kStages];
     const int64_t b0 = static_cast<int64_t>(kt) * kQtBlk;
 #pragma unroll
     for (int q = 0; q < 5; ++q) {
@@ -2502,14 +2505,14 @@ __global__ void __launch_bounds__(kQtThreads, 1) matmat_q8_tiled_kernel(MatmatAr
     }
   };
 #pragma unroll
-  for (int s = 0; s < kQtStages - 1; ++s)
+  for (int s = 0; s < kStages - 1; ++s)
     if (s < nkt) load_w(s);
   pdl_wait();
   pdl_trigger();
   // Group s holds stage s's activations (group 0 also the early weights): stage s is complete
   // once groups 0..s are.
 #pragma unroll
-  for (int s = 0; s < kQtStages - 1; ++s) {
+  for (int s = 0; s < kStages - 1; ++s) {
     if (s < nkt) load_x(s);
     cp_async_commit();
   }
@@ -2532,14 +2535,14 @@ __global__ void __launch_bounds__(kQtThreads, 1) matmat_q8_tiled_kernel(MatmatAr
       for (int j = 0; j < 2; ++j) p[s][m][j][0] = p[s][m][j][1] = p[s][m][j][2] = p[s][m][j][3] = 0.0f;
 
   for (int kt = 0; kt < nkt; ++kt) {
-    cp_async_wait_group<kQtStages - 2>();
+    cp_async_wait_group<kStages - 2>();
     __syncthreads();  // stage kt landed for all threads; stage kt - 1 is no longer read
-    if (kt + kQtStages - 1 < nkt) {
-      load_w(kt + kQtStages - 1);
-      load_x(kt + kQtStages - 1);
+    if (kt + kStages - 1 < nkt) {
+      load_w(kt + kStages - 1);
+      load_x(kt + kStages - 1);
     }
     cp_async_commit();
-    const int cur = kt % kQtStages;
+    const int cur = kt % kStages;
     const QtStage& sb = st[cur];
     const uint32_t aw = a_lane + static_cast<uint32_t>(cur * sizeof(QtStage));
     int dw[2][2];  // f16 scales of blocks bi, bi + 1 of rows g + 16 m + 8 h
@@ -2694,11 +2697,13 @@ void launch_matmat(const MatmatArgs& a, int groups) {
     if constexpr (T == kQ8_0) {
       if (!tiled_off() && !mma_off() && !lane_matmat_off() && !a.cnt && !a.list && a.cols % 256 == 0 &&
           a.row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.act_stride % 16 == 0 &&
-          reinterpret_cast<uintptr_t>(a.act) % 16 == 0 && has_int8_mma() && kQtSmem <= smem_limit()) {
+          reinterpret_cast<uintptr_t>(a.act) % 16 == 0 && has_int8_mma() && qt_smem_bytes(2) <= smem_limit()) {
         const dim3 grid(static_cast<unsigned>((a.n_rows + kQtRows - 1) / kQtRows), static_cast<unsigned>(groups),
                         static_cast<unsigned>((a.n_tok + kQtTok - 1) / kQtTok));
-        allow_dynamic_smem(reinterpret_cast<const void*>(matmat_q8_tiled_kernel), kQtSmem);
-        launch_k(matmat_q8_tiled_kernel, grid, kQtThreads, kQtSmem, a);
+        const bool three = qt_smem_bytes(3) <= smem_limit();
+        auto* k = three ? matmat_q8_tiled_kernel<3> : matmat_q8_tiled_kernel<2>;
+        allow_dynamic_smem(reinterpret_cast<const void*>(k), qt_smem_bytes(three ? 3 : 2));
+        launch_k(k, grid, kQtThreads, qt_smem_bytes(three ? 3 : 2), a);
         return;
       }
     }
