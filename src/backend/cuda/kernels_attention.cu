@@ -411,6 +411,15 @@ constexpr size_t combine_smem(int chunk) {
   return (static_cast<size_t>(chunk) * kAttDims + kAttHeads * (chunk + 1) + chunk) * sizeof(float);
 }
 
+// A float's key for integer max (atomicMax, __reduce_max_sync): the signed order of the keys is
+// the order of the floats; NaN takes -inf's key, so a NaN score is skipped as fmaxf skips it.
+__device__ __forceinline__ int combine_max_key(float f) {
+  if (f != f) f = -INFINITY;
+  const int i = __float_as_int(f);
+  return i >= 0 ? i : i ^ 0x7fffffff;
+}
+__device__ __forceinline__ float combine_key_float(int k) { return __int_as_float(k >= 0 ? k : k ^ 0x7fffffff); }
+
 // The softmax of a prefill chunk's scores, once per (token, head) instead of once per combine
 // block (16 output-dim slices each redid the max and every exp): warp w of block (g, t) takes
 // head g*kAttHeads + w of token t, the max over its rows and the sink (exact in any order), the
@@ -451,6 +460,11 @@ __global__ void __launch_bounds__(kAttHeads * 32) attn_softmax_kernel(const floa
 // every load in flight together) while the block makes the probabilities exp(s - max); then warp
 // w < 8 (head h0 + w, lane = output dim) sums each output value over the rows in order, every V
 // element read once for the 8 heads, and warp 8's lanes sum the 8 denominators in row order.
+// With max_fused and all rows in one chunk,
+// each thread loads its scores once into registers: the heads' maxima are reduced from them
+// (warp max per head, then a shared-memory atomicMax seeded with the sinks), and the exps taken
+// from the same registers; otherwise warps 0-7 take the maxima in a pass of their own and the
+// exps reload the scores.
 // Token blockIdx.z of a batch as attn_scores_kernel (out advances by out_stride). kChunk: rows
 // per chunk (kAttChunk, or kAttChunkSmall where blocks get less shared memory; one block per SM
 // for the decode step's single token). With rope_table
@@ -465,7 +479,8 @@ __global__ void __launch_bounds__(kHelpers ? kAttCombineMaxThreads : kAttCombine
 attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, int64_t n_swa, const int64_t* pos,
                     const float* comp, uint32_t ratio, const uint32_t* sel, int64_t sel_stride, int64_t n_sel,
                     const float* scratch, int64_t scratch_stride, float* out, int64_t out_stride,
-                    const float* rope_table, int n_pair, uint8_t* out_q8, bool rows_early) {
+                    const float* rope_table, int n_pair, uint8_t* out_q8, bool rows_early, bool max_fused) {
+  constexpr int kThreads = kHelpers ? kAttCombineMaxThreads : kAttCombineThreads;
   const float* raw = win.raw;
   const int64_t raw_cap = win.raw_cap;
   extern __shared__ float4 smem4[];
@@ -473,8 +488,11 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
   float* ps = vs + kChunk * kAttDims;
   uint32_t* sels = reinterpret_cast<uint32_t*>(ps + kAttHeads * (kChunk + 1));
   __shared__ float ms[kAttHeads], inv[kAttHeads];
+  __shared__ int ms_key[kAttHeads];  // max_fused: the heads' maxima as combine_max_key
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int h0 = blockIdx.y * kAttHeads;
+  if (threadIdx.x < kAttHeads)  // the sinks are weights: read before the PDL wait
+    ms_key[threadIdx.x] = combine_max_key(h0 + static_cast<int>(threadIdx.x) < n_head ? sinks[h0 + threadIdx.x] : -INFINITY);
   const int64_t i0 = blockIdx.x * static_cast<int64_t>(kAttDims);
   const bool vec4 = dim % 4 == 0;  // 16-byte copies (rows and the slice start 16-byte aligned)
   // The V slices of chunk c0's rows jj with want(jj) (cp.async, not yet committed); row c0 + jj
@@ -540,7 +558,40 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
     if (rows_early && c0 == 0) copy_rows(a, sel, c0, cn, [&](int jj) { return !attn_row_before_step(a_pre, p_pre, ratio, jj); });
     else copy_rows(a, sel, c0, cn, [](int) { return true; });
     asm volatile("cp.async.commit_group;" ::: "memory");
-    if (c0 == 0) {  // per-head max over all rows (with the sink), one warp per head
+    if (max_fused && cn == n_rows) {  // one chunk: each score loaded once (block-uniform)
+      constexpr int kVals = (kAttHeads * kChunk + kThreads - 1) / kThreads;
+      constexpr unsigned kAll = 0xffffffffu;
+      const int n_el = kAttHeads * cn;
+      float sv[kVals];
+#pragma unroll
+      for (int u = 0; u < kVals; ++u) {
+        const int e = static_cast<int>(threadIdx.x) + u * kThreads, hl = e / cn;
+        sv[u] = e < n_el && h0 + hl < n_head ? scratch[(h0 + hl) * n_rows + e % cn] : 0.0f;
+      }
+      // Per head, the max of a warp's values (a warp's 32 elements span few heads: one pass
+      // per head present), then one atomicMax on that head's key.
+#pragma unroll
+      for (int u = 0; u < kVals; ++u) {
+        const int e = static_cast<int>(threadIdx.x) + u * kThreads, hl = e / cn;
+        const bool ok = e < n_el && h0 + hl < n_head;
+        const int key = combine_max_key(sv[u]), none = combine_max_key(-INFINITY);
+        for (unsigned left = __ballot_sync(kAll, ok); left;) {
+          const int first = __ffs(static_cast<int>(left)) - 1, lh = __shfl_sync(kAll, hl, first);
+          const bool mine = ok && hl == lh;
+          const int m = __reduce_max_sync(kAll, mine ? key : none);
+          if (lane == first) atomicMax(&ms_key[lh], m);
+          left &= ~__ballot_sync(kAll, mine);
+        }
+      }
+      __syncthreads();
+      if (warp == kAttHeads && lane < kAttHeads && h0 + lane < n_head)
+        denom = exp_f(sinks[h0 + lane] - combine_key_float(ms_key[lane]));
+#pragma unroll
+      for (int u = 0; u < kVals; ++u) {
+        const int e = static_cast<int>(threadIdx.x) + u * kThreads, hl = e / cn;
+        if (e < n_el) ps[hl * (kChunk + 1) + e % cn] = h0 + hl < n_head ? exp_f(sv[u] - combine_key_float(ms_key[hl])) : 0.0f;
+      }
+    } else if (c0 == 0) {  // per-head max over all rows (with the sink), one warp per head
       if (warp < kAttHeads && h0 + warp < n_head) {
         const float* sc = scratch + (h0 + warp) * n_rows;
         float m = -INFINITY;
@@ -553,7 +604,7 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
       if (warp == kAttHeads && lane < kAttHeads && h0 + lane < n_head) denom = exp_f(sinks[h0 + lane] - ms[lane]);
     }
     constexpr int kBatch = 8;  // score loads in flight per thread before the exps
-    for (int e0 = 0; e0 < kAttHeads * cn; e0 += kBatch * static_cast<int>(blockDim.x)) {
+    for (int e0 = 0; !(max_fused && cn == n_rows) && e0 < kAttHeads * cn; e0 += kBatch * static_cast<int>(blockDim.x)) {
       float sv[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
@@ -915,8 +966,9 @@ void attention_launches(const float* q, int64_t q_stride, const float* sinks, in
                       : (helpers ? attn_combine_kernel<kAttChunkSmall, true> : attn_combine_kernel<kAttChunkSmall, false>);
   allow_dynamic_smem(reinterpret_cast<const void*>(ck), csmem, kStatic);
   const int threads = helpers ? kAttCombineMaxThreads : kAttCombineThreads;
+  static const bool max_fused = !env_is_zero("DS4_CUDA_ATTN_MAX_FUSED");
   launch_k(ck, cgrid, threads, csmem, sinks, n_head, dim, win, n_swa, pos, comp, ratio, sel, sel_stride, n_sel, scratch,
-           ss, out, out_stride, rope_table, n_pair, out_q8, rows_early);
+           ss, out, out_stride, rope_table, n_pair, out_q8, rows_early, max_fused);
 }
 
 }  // namespace
