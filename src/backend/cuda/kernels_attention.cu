@@ -460,11 +460,10 @@ __global__ void __launch_bounds__(kAttHeads * 32) attn_softmax_kernel(const floa
 // every load in flight together) while the block makes the probabilities exp(s - max); then warp
 // w < 8 (head h0 + w, lane = output dim) sums each output value over the rows in order, every V
 // element read once for the 8 heads, and warp 8's lanes sum the 8 denominators in row order.
-// With max_fused and all rows in one chunk,
-// each thread loads its scores once into registers: the heads' maxima are reduced from them
-// (warp max per head, then a shared-memory atomicMax seeded with the sinks), and the exps taken
-// from the same registers; otherwise warps 0-7 take the maxima in a pass of their own and the
-// exps reload the scores.
+// With max_fused and all rows in one chunk, each thread loads its scores once into registers:
+// the heads' maxima are reduced from them (a warp max per head, then a shared-memory atomicMax
+// seeded with the sinks) and the exps taken from the same registers; otherwise warps 0-7 take
+// the maxima in a pass of their own and the exps reload the scores.
 // Token blockIdx.z of a batch as attn_scores_kernel (out advances by out_stride). kChunk: rows
 // per chunk (kAttChunk, or kAttChunkSmall where blocks get less shared memory; one block per SM
 // for the decode step's single token). With rope_table
@@ -561,7 +560,7 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
     if (max_fused && cn == n_rows) {  // one chunk: each score loaded once (block-uniform)
       constexpr int kVals = (kAttHeads * kChunk + kThreads - 1) / kThreads;
       constexpr unsigned kAll = 0xffffffffu;
-      const int n_el = kAttHeads * cn;
+      const int n_el = kAttHeads * cn, none = combine_max_key(-INFINITY);
       float sv[kVals];
 #pragma unroll
       for (int u = 0; u < kVals; ++u) {
@@ -574,7 +573,7 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
       for (int u = 0; u < kVals; ++u) {
         const int e = static_cast<int>(threadIdx.x) + u * kThreads, hl = e / cn;
         const bool ok = e < n_el && h0 + hl < n_head;
-        const int key = combine_max_key(sv[u]), none = combine_max_key(-INFINITY);
+        const int key = combine_max_key(sv[u]);
         for (unsigned left = __ballot_sync(kAll, ok); left;) {
           const int first = __ffs(static_cast<int>(left)) - 1, lh = __shfl_sync(kAll, hl, first);
           const bool mine = ok && hl == lh;
