@@ -88,6 +88,18 @@ void allow_dynamic_smem(const void* kernel, size_t bytes, size_t static_bytes = 
 __device__ float exp_f(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
 __device__ float log1p_f(float x) { return static_cast<float>(log1p(static_cast<double>(x))); }
 
+// A float as an unsigned key whose order is the floats' (-0 as +0), for integer compares, radix
+// passes and max reductions (atomicMax, __reduce_max_sync): NaN maps to 0, below every number
+// (-inf's key is 0x007fffff), and float_of_order_key gives back every number's value.
+__device__ __forceinline__ uint32_t float_order_key(float v) {
+  if (isnan(v)) return 0u;
+  const uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float float_of_order_key(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k ^ 0x80000000u) : ~k);
+}
+
 // 1 / (1 + e^-z) as the CPU units compute it (e^z / (1 + e^z) for negative z, no overflow).
 __device__ float sigmoid_f(float z) {
   if (z >= 0.0f) return 1.0f / (1.0f + exp_f(-z));

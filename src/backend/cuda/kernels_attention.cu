@@ -411,15 +411,6 @@ constexpr size_t combine_smem(int chunk) {
   return (static_cast<size_t>(chunk) * kAttDims + kAttHeads * (chunk + 1) + chunk) * sizeof(float);
 }
 
-// A float's key for integer max (atomicMax, __reduce_max_sync): the signed order of the keys is
-// the order of the floats; NaN takes -inf's key, so a NaN score is skipped as fmaxf skips it.
-__device__ __forceinline__ int combine_max_key(float f) {
-  if (f != f) f = -INFINITY;
-  const int i = __float_as_int(f);
-  return i >= 0 ? i : i ^ 0x7fffffff;
-}
-__device__ __forceinline__ float combine_key_float(int k) { return __int_as_float(k >= 0 ? k : k ^ 0x7fffffff); }
-
 // The softmax of a prefill chunk's scores, once per (token, head) instead of once per combine
 // block (16 output-dim slices each redid the max and every exp): warp w of block (g, t) takes
 // head g*kAttHeads + w of token t, the max over its rows and the sink (exact in any order), the
@@ -487,11 +478,16 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
   float* ps = vs + kChunk * kAttDims;
   uint32_t* sels = reinterpret_cast<uint32_t*>(ps + kAttHeads * (kChunk + 1));
   __shared__ float ms[kAttHeads], inv[kAttHeads];
-  __shared__ int ms_key[kAttHeads];  // max_fused: the heads' maxima as combine_max_key
+  // max_fused: the heads' maxima as float_order_key, seeded with the sinks (weights: read before
+  // the PDL wait) and never below -inf's key, so NaN scores and sinks are skipped as fmaxf skips them.
+  __shared__ uint32_t ms_key[kAttHeads];
   const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int h0 = blockIdx.y * kAttHeads;
-  if (threadIdx.x < kAttHeads)  // the sinks are weights: read before the PDL wait
-    ms_key[threadIdx.x] = combine_max_key(h0 + static_cast<int>(threadIdx.x) < n_head ? sinks[h0 + threadIdx.x] : -INFINITY);
+  const uint32_t none = float_order_key(-INFINITY);
+  if (max_fused && threadIdx.x < kAttHeads) {
+    const int h = h0 + static_cast<int>(threadIdx.x);
+    ms_key[threadIdx.x] = h < n_head ? max(float_order_key(sinks[h]), none) : none;
+  }
   const int64_t i0 = blockIdx.x * static_cast<int64_t>(kAttDims);
   const bool vec4 = dim % 4 == 0;  // 16-byte copies (rows and the slice start 16-byte aligned)
   // The V slices of chunk c0's rows jj with want(jj) (cp.async, not yet committed); row c0 + jj
@@ -557,10 +553,11 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
     if (rows_early && c0 == 0) copy_rows(a, sel, c0, cn, [&](int jj) { return !attn_row_before_step(a_pre, p_pre, ratio, jj); });
     else copy_rows(a, sel, c0, cn, [](int) { return true; });
     asm volatile("cp.async.commit_group;" ::: "memory");
-    if (max_fused && cn == n_rows) {  // one chunk: each score loaded once (block-uniform)
+    const bool fused = max_fused && cn == n_rows;  // one chunk: each score loaded once (block-uniform)
+    if (fused) {
       constexpr int kVals = (kAttHeads * kChunk + kThreads - 1) / kThreads;
       constexpr unsigned kAll = 0xffffffffu;
-      const int n_el = kAttHeads * cn, none = combine_max_key(-INFINITY);
+      const int n_el = kAttHeads * cn;
       float sv[kVals];
 #pragma unroll
       for (int u = 0; u < kVals; ++u) {
@@ -573,22 +570,22 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
       for (int u = 0; u < kVals; ++u) {
         const int e = static_cast<int>(threadIdx.x) + u * kThreads, hl = e / cn;
         const bool ok = e < n_el && h0 + hl < n_head;
-        const int key = combine_max_key(sv[u]);
+        const uint32_t key = float_order_key(sv[u]);
         for (unsigned left = __ballot_sync(kAll, ok); left;) {
           const int first = __ffs(static_cast<int>(left)) - 1, lh = __shfl_sync(kAll, hl, first);
           const bool mine = ok && hl == lh;
-          const int m = __reduce_max_sync(kAll, mine ? key : none);
+          const uint32_t m = __reduce_max_sync(kAll, mine ? key : none);
           if (lane == first) atomicMax(&ms_key[lh], m);
           left &= ~__ballot_sync(kAll, mine);
         }
       }
       __syncthreads();
       if (warp == kAttHeads && lane < kAttHeads && h0 + lane < n_head)
-        denom = exp_f(sinks[h0 + lane] - combine_key_float(ms_key[lane]));
+        denom = exp_f(sinks[h0 + lane] - float_of_order_key(ms_key[lane]));
 #pragma unroll
       for (int u = 0; u < kVals; ++u) {
         const int e = static_cast<int>(threadIdx.x) + u * kThreads, hl = e / cn;
-        if (e < n_el) ps[hl * (kChunk + 1) + e % cn] = h0 + hl < n_head ? exp_f(sv[u] - combine_key_float(ms_key[hl])) : 0.0f;
+        if (e < n_el) ps[hl * (kChunk + 1) + e % cn] = h0 + hl < n_head ? exp_f(sv[u] - float_of_order_key(ms_key[hl])) : 0.0f;
       }
     } else if (c0 == 0) {  // per-head max over all rows (with the sink), one warp per head
       if (warp < kAttHeads && h0 + warp < n_head) {
@@ -603,7 +600,7 @@ attn_combine_kernel(const float* sinks, int n_head, int64_t dim, AttnWin win, in
       if (warp == kAttHeads && lane < kAttHeads && h0 + lane < n_head) denom = exp_f(sinks[h0 + lane] - ms[lane]);
     }
     constexpr int kBatch = 8;  // score loads in flight per thread before the exps
-    for (int e0 = 0; !(max_fused && cn == n_rows) && e0 < kAttHeads * cn; e0 += kBatch * static_cast<int>(blockDim.x)) {
+    for (int e0 = 0; !fused && e0 < kAttHeads * cn; e0 += kBatch * static_cast<int>(blockDim.x)) {
       float sv[kBatch];
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {

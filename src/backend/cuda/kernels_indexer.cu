@@ -322,7 +322,7 @@ __global__ void indexer_scores_kernel(const float* q, int64_t q_stride, const fl
 
 // Top-k (model::indexer_select_top_k's order: higher score first, NaN last, lower id on ties;
 // output in ascending id order), one block of kTopKThreads threads. Each score maps to a 32-bit
-// key that orders like the scores (NaN lowest, -0 == +0). The k-th largest key T is found in
+// key that orders like the scores (float_order_key: NaN lowest, -0 == +0). The k-th largest key T is found in
 // two steps: a histogram of the scores over kTopKBins bins linear in the value between the
 // finite minimum and maximum (score_bin: monotone in the key order) gives the bin holding the
 // k-th largest and its rank there; that bin's keys (compacted into shared memory when they fit,
@@ -337,12 +337,6 @@ constexpr int kTopKWarps = kTopKThreads / 32;
 constexpr int kTopKBins = 2048;   // value bins of the first step (2 per thread)
 constexpr int kTopKCand = 3072;   // the crossing bin's keys kept in shared memory (12 KiB; static
                                   // shared memory in all: 45 of the 48 KiB)
-
-__device__ uint32_t score_key(float v) {
-  if (isnan(v)) return 0u;
-  const uint32_t b = __float_as_uint(v == 0.0f ? 0.0f : v);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);  // -inf -> 0x007fffff > 0
-}
 
 // Bin of score v: 0 for NaN and -inf, kTopKBins - 1 for +inf, finite scores 1 + floor((v - lo)
 // * inv) capped at kTopKBins - 2 (lo: the finite minimum; inv >= 0). In double, v - lo neither
@@ -519,7 +513,7 @@ __global__ void __launch_bounds__(kTopKThreads) top_k_kernel(const float* s, int
       uint32_t base = 0;
       if (lane == 0 && m) base = atomicAdd(&s_ncand, static_cast<uint32_t>(__popc(m)));
       base = __shfl_sync(0xffffffffu, base, 0);
-      if (in) cand[base + __popc(m & ((1u << lane) - 1u))] = score_key(v);
+      if (in) cand[base + __popc(m & ((1u << lane) - 1u))] = float_order_key(v);
     }
     __syncthreads();
     T = radix_select(
@@ -527,7 +521,7 @@ __global__ void __launch_bounds__(kTopKThreads) top_k_kernel(const float* s, int
   } else {  // a crowded bin (ties, one outlier stretching the range): filtered from the scores
     __syncthreads();  // every thread has read n_bin before the histograms overwrite the bins
     T = radix_select(
-        n, [&](int64_t i) { return score_key(s[i]); }, [&](int64_t i) { return score_bin(s[i], dlo, inv) == bin; },
+        n, [&](int64_t i) { return float_order_key(s[i]); }, [&](int64_t i) { return score_bin(s[i], dlo, inv) == bin; },
         rem, hist, take);
   }
   const uint64_t take_eq = take;  // rows with key == T to take, lowest ids first
@@ -535,7 +529,7 @@ __global__ void __launch_bounds__(kTopKThreads) top_k_kernel(const float* s, int
   const int64_t lo = t * per < n ? t * per : n, hi = lo + per < n ? lo + per : n;
   uint64_t gt = 0, eq = 0;
   for (int64_t a = lo; a < hi; ++a) {
-    const uint32_t key = score_key(s[a]);
+    const uint32_t key = float_order_key(s[a]);
     gt += key > T;
     eq += key == T;
   }
@@ -543,7 +537,7 @@ __global__ void __launch_bounds__(kTopKThreads) top_k_kernel(const float* s, int
   const uint64_t both = block_exclusive_scan((gt << 32) | eq);
   uint64_t gt_before = both >> 32, eq_before = both & 0xffffffffu;
   for (int64_t a = lo; a < hi; ++a) {
-    const uint32_t key = score_key(s[a]);
+    const uint32_t key = float_order_key(s[a]);
     if (key > T) {
       sel[gt_before + (eq_before < take_eq ? eq_before : take_eq)] = static_cast<uint32_t>(a);
       ++gt_before;

@@ -115,12 +115,10 @@ __device__ float softplus(float z) {
 // model::router_select_top_k keeps the first k of a stable sort by `beats` (higher score, NaN
 // last, earlier expert first on ties): a strict total order, so expert e is selected in place
 // rank(e) = #{experts before e} when that rank is below k. router_key turns the order into one
-// 64-bit comparison: the score's bits made monotonic (-0 as +0, NaN below every number), then
+// 64-bit comparison: the score's float_order_key (-0 as +0, NaN below every number), then
 // the inverted expert id, so that on equal scores the earlier expert has the larger key.
 __device__ uint64_t router_key(float s, int e) {
-  uint32_t u = __float_as_uint(s == 0.0f ? 0.0f : s);
-  u = isnan(s) ? 0u : (u & 0x80000000u) ? ~u : u | 0x80000000u;
-  return (static_cast<uint64_t>(u) << 32) | (0xffffffffu - static_cast<uint32_t>(e));
+  return (static_cast<uint64_t>(float_order_key(s)) << 32) | (0xffffffffu - static_cast<uint32_t>(e));
 }
 
 // Routing for one token per block (model::route): probabilities sqrt(softplus(logit)), the

@@ -2700,10 +2700,10 @@ void launch_matmat(const MatmatArgs& a, int groups) {
           reinterpret_cast<uintptr_t>(a.act) % 16 == 0 && has_int8_mma() && qt_smem_bytes(2) <= smem_limit()) {
         const dim3 grid(static_cast<unsigned>((a.n_rows + kQtRows - 1) / kQtRows), static_cast<unsigned>(groups),
                         static_cast<unsigned>((a.n_tok + kQtTok - 1) / kQtTok));
-        const bool three = qt_smem_bytes(3) <= smem_limit();
-        auto* k = three ? matmat_q8_tiled_kernel<3> : matmat_q8_tiled_kernel<2>;
-        allow_dynamic_smem(reinterpret_cast<const void*>(k), qt_smem_bytes(three ? 3 : 2));
-        launch_k(k, grid, kQtThreads, qt_smem_bytes(three ? 3 : 2), a);
+        const int stages = qt_smem_bytes(3) <= smem_limit() ? 3 : 2;
+        auto* k = stages == 3 ? matmat_q8_tiled_kernel<3> : matmat_q8_tiled_kernel<2>;
+        allow_dynamic_smem(reinterpret_cast<const void*>(k), qt_smem_bytes(stages));
+        launch_k(k, grid, kQtThreads, qt_smem_bytes(stages), a);
         return;
       }
     }
