@@ -220,6 +220,49 @@ TEST_F(CudaKernels, KvRowStoreMatchesCpu) {
   EXPECT_EQ(download(dx, x.size()), want);  // the row itself keeps the stored values
 }
 
+// q_kv_norm_rope (the decode step's query heads and KV row in one launch) against the CPU units:
+// each query head model::rms_norm_heads then rope_tail_apply, the KV row as in KvRowStoreMatchesCpu
+// (rms_norm, RoPE, FP8 round trip of the 448 non-RoPE values, f16 rounding, the ring row), bit for
+// bit. Values are multiples of 1/8 so the norms' f64 sums are exact in any order.
+TEST_F(CudaKernels, QueryAndKvRowNormOneLaunchMatchesCpu) {
+  std::mt19937 rng(23);
+  const int64_t dim = 512, n_fp8 = 448, raw_cap = 8, pos = 11;
+  const int n_pair = 32, n_head = 5;
+  std::vector<float> q(static_cast<size_t>(n_head * dim)), kv(dim), w(dim),
+      table(static_cast<size_t>((pos + 1) * 2 * n_pair));
+  for (float& v : q) v = static_cast<float>(static_cast<int>(rng() % 257) - 128) / 8.0f;
+  for (float& v : kv) v = static_cast<float>(static_cast<int>(rng() % 129) - 64) / 8.0f;
+  kv[300] = 2048.0f;  // an outlier in one FP8 block
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  for (float& v : w) v = 0.5f + 0.5f * ud(rng);
+  for (float& v : table) v = ud(rng);
+  cuda::DeviceArray<float> dq(q.size()), dkv(kv.size()), dw(w.size()), dt(table.size()),
+      raw(static_cast<size_t>(raw_cap * dim));
+  dq.upload(q.data(), q.size());
+  dkv.upload(kv.data(), kv.size());
+  dw.upload(w.data(), w.size());
+  dt.upload(table.data(), table.size());
+  cuda::DeviceArray<int64_t> dpos(1);
+  dpos.upload(&pos, 1);
+  cuda::q_kv_norm_rope(dq.get(), n_head, dkv.get(), dw.get(), dim, model::kRmsEps, dt.get(), n_pair, dpos.get(), n_fp8,
+                       raw.get(), raw_cap);
+  cuda::check(cudaDeviceSynchronize(), "q_kv_norm_rope");
+  const float* cs = &table[static_cast<size_t>(pos * 2 * n_pair)];
+  const std::span<const float> cos_p{cs, static_cast<size_t>(n_pair)}, sin_p{cs + n_pair, static_cast<size_t>(n_pair)};
+  std::vector<float> want_q = q;
+  model::rms_norm_heads(want_q, static_cast<size_t>(dim), model::kRmsEps);
+  model::rope_tail_apply(want_q, static_cast<size_t>(dim), cos_p, sin_p, false);  // every head
+  std::vector<float> want_kv(dim);
+  model::rms_norm(kv, w, want_kv, model::kRmsEps);
+  model::rope_tail_apply(want_kv, static_cast<size_t>(dim), cos_p, sin_p, false);
+  model::fp8_kv_round_trip(std::span<float>(want_kv).first(static_cast<size_t>(n_fp8)));
+  for (float& v : want_kv) v = round_f16(v);
+  EXPECT_EQ(download(dq, q.size()), want_q);
+  EXPECT_EQ(download(dkv, kv.size()), want_kv);
+  const std::vector<float> ring = download(raw, static_cast<size_t>(raw_cap * dim));
+  EXPECT_EQ(std::vector<float>(ring.begin() + (pos % raw_cap) * dim, ring.begin() + (pos % raw_cap + 1) * dim), want_kv);
+}
+
 // compressor_push (one launch per position: the store, and on emission steps the pooling, norm,
 // RoPE, quantization, f16 rounding and the ratio-4 lane shift) against model::Compressor::push
 // position by position, bit for bit: the frontier state after every push and each emitted row

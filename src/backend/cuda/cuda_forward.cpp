@@ -46,13 +46,15 @@ StreamPriority stream_priority() {
 }
 
 // Where the decode step's KV row norm+RoPE+store runs (DS4_CUDA_KV_MAIN): 0 on the aux stream,
-// 1 (default; other values too) on the main stream in the layers whose indexer runs (the aux
-// stream then holds the indexer alone, the longer path to the attention), 2 always on it.
+// 1 on the main stream in the layers whose indexer runs (the aux stream then holds the indexer
+// alone, the longer path to the attention), 2 always on it; 3 (default; other values too) in
+// the query heads' norm+RoPE launch in every layer (no launch of its own, no aux fork where the
+// indexer does not run), 4 in that launch where the indexer runs and on aux elsewhere.
 int kv_main_mode() {
   const char* v = std::getenv("DS4_CUDA_KV_MAIN");
-  if (v && std::strcmp(v, "0") == 0) return 0;
-  if (v && std::strcmp(v, "2") == 0) return 2;
-  return 1;
+  for (const char* m : {"0", "1", "2", "4"})
+    if (v && std::strcmp(v, m) == 0) return *m - '0';
+  return 3;
 }
 
 // How much of the indexer's query runs on the main stream before the aux stream forks
@@ -565,7 +567,8 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   // The KV row's launch goes on the main stream after q_b instead where the indexer runs
   // (DS4_CUDA_KV_MAIN: 0 never, 2 in every layer): the aux chain is then the indexer's alone.
   const bool indexed = ratio == 4 && indexer_on;
-  const bool kv_main = kv_main_ == 2 || (kv_main_ == 1 && indexed);
+  const bool kv_with_q = kv_main_ == 3 || (kv_main_ == 4 && indexed);
+  const bool kv_main = kv_with_q || kv_main_ == 2 || (kv_main_ == 1 && indexed);
   auto kv_store = [&] {
     norm_rope(kv_row_.get(), L.attn_kv_a_norm.get(), HD, 1, c_.rms_eps, rope, n_pair_, pos, c_.nope_dim(),
               kv.raw.get(), raw_cap_);
@@ -612,9 +615,15 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     matvec_op(qb);
   }
   mark("attn_q_b matvec");
-  if (kv_main) kv_store();
-  norm_rope(q_.get(), nullptr, HD, nhead, c_.rms_eps, rope, n_pair_, pos, 0, nullptr, 0);
-  mark("q head norm+rope");
+  if (kv_with_q) {
+    q_kv_norm_rope(q_.get(), nhead, kv_row_.get(), L.attn_kv_a_norm.get(), HD, c_.rms_eps, rope,
+                   n_pair_, pos, c_.nope_dim(), kv.raw.get(), raw_cap_);
+    mark("q head + kv norm+rope+store");
+  } else {
+    if (kv_main) kv_store();
+    norm_rope(q_.get(), nullptr, HD, nhead, c_.rms_eps, rope, n_pair_, pos, 0, nullptr, 0);
+    mark("q head norm+rope");
+  }
   if (aux_work) join_beside(aux_join_);  // the KV row stored, the indexer's selection
   if (ratio) join_branch();  // the compressed rows, this position's included
   // The inverse RoPE of the attention output in its combine launch, or (DS4_CUDA_ATTN_ROPE_FUSED=0,

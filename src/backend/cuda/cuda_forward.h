@@ -264,7 +264,7 @@ class CudaForward {
   bool hc_fused_ = true;  // hc_pre weights in the projection's last block (DS4_CUDA_HC_FUSED=0: off)
   bool attn_rope_fused_ = true;  // inverse RoPE in the attention's combine launch (DS4_CUDA_ATTN_ROPE_FUSED=0: off)
   bool idx_first_ = true;  // the indexer compressor before the main one on branch_ (DS4_CUDA_IDX_FIRST=0: after)
-  int kv_main_ = 1;         // the KV row's launch on stream_: 0 never, 1 where the indexer runs, 2 always (DS4_CUDA_KV_MAIN)
+  int kv_main_ = 3;  // where the KV row store runs (kv_main_mode, DS4_CUDA_KV_MAIN)
   int idx_query_main_ = 2;  // indexer query parts on stream_ before q_b: 0, 1 (q_b+proj), 2 (+RoPE/QAT) (DS4_CUDA_IDX_QUERY_MAIN)
   bool attn_q8_fused_ = true;  // o_a's Q8_0 input from the attention's combine launch (DS4_CUDA_ATTN_Q8_FUSED=0: off)
   // Decode call sites whose launches skip PDL (DS4_CUDA_NO_PDL, a bit per NoPdlSite):

@@ -246,6 +246,13 @@ void rope_tail(float* x, int n_heads, int64_t head_dim, const float* table, int 
 void norm_rope(float* x, const float* weight, int64_t dim, int n_rows, float eps, const float* table,
                int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap, int n_tok = 1);
 
+/// norm_rope(q, nullptr, dim, n_head, ..., n_fp8 = 0, raw = nullptr) on the n_head query heads
+/// q [n_head][dim] and norm_rope(kv, kv_weight, dim, 1, ..., n_fp8, raw, raw_cap) on the KV row
+/// kv [dim] (spec §3.4.2-3) in one launch of n_head + 1 blocks: the decode step's query norm
+/// and its KV row store, with the same results as the two calls.
+void q_kv_norm_rope(float* q, int n_head, float* kv, const float* kv_weight, int64_t dim, float eps,
+                    const float* table, int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap);
+
 /// norm_rope's KV row path for the n_tok rows x [n_tok][dim] of a prefill chunk (row t at position
 /// pos[t]) without the ring store: each row ends as the ring would hold it (FP8 round trip on
 /// [0, n_fp8), f16 rounding). kv_ring_store writes them once the chunk's attention has read the

@@ -70,25 +70,41 @@ __global__ void rope_kernel(float* x, int n_heads, int64_t head_dim, const float
             static_cast<int>(k % n_pair), sign);
 }
 
-// One block per row: RMSNorm (weight optional), then the tail RoPE at *pos, and with `raw` the
-// KV row store (FP8 round trip of [0, n_fp8) in blocks of 64, f16 rounding, ring row *pos %
-// raw_cap). Stages are separated by barriers and run the CPU units' operations.
-__global__ void norm_rope_kernel(float* x, const float* w, int64_t dim, float eps, const float* table,
-                                 int n_pair, const int64_t* pos, int64_t n_fp8, bool kv_round, float* raw,
-                                 int64_t raw_cap) {
+// Rows of one norm_rope_kernel launch that share their treatment: `rows` rows of x (weight w
+// optional), with kv_round the FP8 + f16 rounding of the KV row and, with raw, its ring store.
+struct NormRopeRows {
+  float* x;
+  const float* w;
+  int rows;
+  int64_t n_fp8;
+  bool kv_round;
+  float* raw;
+  int64_t raw_cap;
+};
+
+// One block per row: RMSNorm (weight optional), then the tail RoPE at *pos, and with kv_round
+// the KV row store (FP8 round trip of [0, n_fp8) in blocks of 64, f16 rounding, with raw ring
+// row *pos % raw_cap). Blocks 0 .. a.rows - 1 take a's rows, the next b.rows b's (the query
+// heads and the KV row in one launch). Stages are separated by barriers and run the CPU units'
+// operations.
+__global__ void norm_rope_kernel(NormRopeRows a, NormRopeRows b, int64_t dim, float eps, const float* table,
+                                 int n_pair, const int64_t* pos) {
   pdl_wait();
   pdl_trigger();
+  const bool in_a = static_cast<int>(blockIdx.x) < a.rows;  // uniform per block
+  const NormRopeRows r = in_a ? a : b;
+  const int64_t rows = r.rows, i_row = in_a ? blockIdx.x : blockIdx.x - a.rows;
   pos += blockIdx.y;
-  float* row = x + (blockIdx.y * static_cast<int64_t>(gridDim.x) + blockIdx.x) * dim;
-  block_rms_norm_row(row, w, row, dim, eps);
+  float* row = r.x + (blockIdx.y * rows + i_row) * dim;
+  block_rms_norm_row(row, r.w, row, dim, eps);
   __syncthreads();
   for (int p = threadIdx.x; p < n_pair; p += blockDim.x)
     rope_pair(row + dim - 2 * n_pair, table + *pos * 2 * n_pair, n_pair, p, 1.0f);
-  if (!kv_round) return;
+  if (!r.kv_round) return;
   __syncthreads();
-  block_round_trip<true>(row, n_fp8, 64);
+  block_round_trip<true>(row, r.n_fp8, 64);
   __syncthreads();
-  float* dst = raw ? raw + (*pos % raw_cap) * dim : nullptr;
+  float* dst = r.raw ? r.raw + (*pos % r.raw_cap) * dim : nullptr;
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     const float v = __half2float(__float2half_rn(row[i]));
     row[i] = v;
@@ -282,15 +298,24 @@ void swiglu(const float* gate, const float* up, int groups, int64_t n, float cla
 void norm_rope(float* x, const float* weight, int64_t dim, int n_rows, float eps, const float* table,
                int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap, int n_tok) {
   if (raw) n_tok = 1;  // the KV store is one row at a time
-  launch_k(norm_rope_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_tok)), kThreads, 0, x, weight,
-           dim, eps, table, n_pair, pos, n_fp8, raw != nullptr, raw, raw_cap);
+  const NormRopeRows a{x, weight, n_rows, n_fp8, raw != nullptr, raw, raw_cap}, none{};
+  launch_k(norm_rope_kernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(n_tok)), kThreads, 0, a, none,
+           dim, eps, table, n_pair, pos);
+}
+
+void q_kv_norm_rope(float* q, int n_head, float* kv, const float* kv_weight, int64_t dim, float eps,
+                    const float* table, int n_pair, const int64_t* pos, int64_t n_fp8, float* raw, int64_t raw_cap) {
+  const NormRopeRows a{q, nullptr, n_head, 0, false, nullptr, 1}, b{kv, kv_weight, 1, n_fp8, true, raw, raw_cap};
+  launch_k(norm_rope_kernel, dim3(static_cast<unsigned>(n_head + 1), 1u), kThreads, 0, a, b, dim, eps, table, n_pair,
+           pos);
 }
 
 void kv_norm_rope_rows(float* x, const float* weight, int64_t dim, float eps, const float* table, int n_pair,
                        const int64_t* pos, int64_t n_fp8, int n_tok) {
   if (n_tok <= 0) return;
-  launch_k(norm_rope_kernel, dim3(1, static_cast<unsigned>(n_tok)), kThreads, 0, x, weight, dim, eps, table, n_pair,
-           pos, n_fp8, true, static_cast<float*>(nullptr), int64_t{1});
+  const NormRopeRows a{x, weight, 1, n_fp8, true, nullptr, 1}, none{};
+  launch_k(norm_rope_kernel, dim3(1, static_cast<unsigned>(n_tok)), kThreads, 0, a, none, dim, eps, table, n_pair,
+           pos);
 }
 
 void kv_ring_store(const float* rows, int64_t dim, const int64_t* pos, float* raw, int64_t raw_cap, int n_tok) {
