@@ -326,7 +326,9 @@ __global__ void indexer_scores_kernel(const float* q, int64_t q_stride, const fl
 // two steps: a histogram of the scores over kTopKBins bins linear in the value between the
 // finite minimum and maximum (score_bin: monotone in the key order) gives the bin holding the
 // k-th largest and its rank there; that bin's keys (compacted into shared memory when they fit,
-// else filtered from the scores) go through a radix select of four 8-bit passes (radix_select).
+// else filtered from the scores) go through a radix select of four 8-bit passes (radix_select),
+// or, up to kTopKCount of them, a count of the keys above each one (one barrier instead of the
+// passes' dozen; DS4_CUDA_TOPK_COUNT=0: always the radix select).
 // The rows with key > T and the first (by id) rows with key == T that complete k are then
 // written in id order: each thread owns a contiguous id range, and an exclusive scan of the
 // per-thread counts gives its output slots. The first step costs one pass over the scores
@@ -335,6 +337,7 @@ __global__ void indexer_scores_kernel(const float* q, int64_t q_stride, const fl
 constexpr int kTopKThreads = 1024;
 constexpr int kTopKWarps = kTopKThreads / 32;
 constexpr int kTopKBins = 2048;   // value bins of the first step (2 per thread)
+constexpr int kTopKCount = 128;   // candidates up to which T comes from counting, not radix passes
 constexpr int kTopKCand = 3072;   // the crossing bin's keys kept in shared memory (12 KiB; static
                                   // shared memory in all: 45 of the 48 KiB)
 
@@ -450,7 +453,8 @@ __device__ uint32_t radix_select(int64_t count, KeyOf key_of, InOf in_of, uint32
 
 // Token blockIdx.x of a batch: s, pos and sel advance by s_stride, 1 and k.
 __global__ void __launch_bounds__(kTopKThreads) top_k_kernel(const float* s, int64_t s_stride, const int64_t* pos,
-                                                             uint32_t ratio, int64_t k, uint32_t* sel) {
+                                                             uint32_t ratio, int64_t k, uint32_t* sel,
+                                                             bool top_k_count_on) {
   static_assert(kTopKBins % kTopKThreads == 0 && kTopKBins <= kTopKWarps * 256, "whole bins per thread; bins in hist");
   pdl_wait();
   pdl_trigger();
@@ -516,8 +520,28 @@ __global__ void __launch_bounds__(kTopKThreads) top_k_kernel(const float* s, int
       if (in) cand[base + __popc(m & ((1u << lane) - 1u))] = float_order_key(v);
     }
     __syncthreads();
-    T = radix_select(
-        n_bin, [&](int64_t i) { return cand[i]; }, [](int64_t) { return true; }, rem, hist, take);
+    if (n_bin <= static_cast<uint32_t>(kTopKCount) && top_k_count_on) {
+      // Few candidates (the usual case: ~n / kTopKBins per bin): each counts the keys above and
+      // equal to its own; the one whose run of equal keys holds the rem-th largest gives T
+      // (threads with an equal key write the same values).
+      __shared__ uint32_t s_T, s_take;
+      if (static_cast<uint32_t>(t) < n_bin) {
+        const uint32_t mine = cand[t];
+        uint32_t gt = 0, eq = 0;
+        for (uint32_t j = 0; j < n_bin; ++j) {
+          const uint32_t o = cand[j];
+          gt += o > mine;
+          eq += o == mine;
+        }
+        if (gt < rem && rem <= gt + eq) s_T = mine, s_take = rem - gt;
+      }
+      __syncthreads();
+      T = s_T;
+      take = s_take;
+    } else {
+      T = radix_select(
+          n_bin, [&](int64_t i) { return cand[i]; }, [](int64_t) { return true; }, rem, hist, take);
+    }
   } else {  // a crowded bin (ties, one outlier stretching the range): filtered from the scores
     __syncthreads();  // every thread has read n_bin before the histograms overwrite the bins
     T = radix_select(
@@ -642,7 +666,8 @@ void indexer_top_k(const float* scores, const int64_t* pos, uint32_t ratio, int6
 void indexer_top_k_batch(const float* scores, const int64_t* pos, uint32_t ratio, int64_t max_rows, int64_t k,
                          uint32_t* sel, int n_tok) {
   if (n_tok <= 0) return;
-  launch_k(top_k_kernel, static_cast<unsigned>(n_tok), kTopKThreads, 0, scores, max_rows, pos, ratio, k, sel);
+  static const bool count = !env_is_zero("DS4_CUDA_TOPK_COUNT");
+  launch_k(top_k_kernel, static_cast<unsigned>(n_tok), kTopKThreads, 0, scores, max_rows, pos, ratio, k, sel, count);
 }
 
 }  // namespace ds4::cuda
