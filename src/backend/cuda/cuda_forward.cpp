@@ -561,11 +561,11 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   qb.act_ready = act_format(L.attn_q_b.type) == ActFormat::Q8_0;
   rms_norm(qr_.get(), L.attn_q_a_norm.get(), qr_.get(), QL, 1, c_.rms_eps, qb.act_ready ? qb.act : nullptr);
   mark("attn_q_a norm");
-  // Beside q_b and the query norm+RoPE (aux stream): the KV row into the raw ring, and the
-  // indexer's query (by default on the main stream, before q_b), scores and top-k, which read
-  // qr_, h_ and the indexer rows (spec §3.4.7).
-  // The KV row's launch goes on the main stream after q_b instead where the indexer runs
-  // (DS4_CUDA_KV_MAIN: 0 never, 2 in every layer): the aux chain is then the indexer's alone.
+  // Beside q_b and the query norm+RoPE (aux stream): the indexer's scores and top-k, which read
+  // qr_, h_ and the indexer rows (spec §3.4.7); its query runs before q_b on the main stream by
+  // default. The KV row into the raw ring goes into the query norm+RoPE launch by default
+  // (kv_main_mode: DS4_CUDA_KV_MAIN=1 and 2 give it a main-stream launch of its own, 0 the aux
+  // stream), so the aux chain is the indexer's alone and other layers fork nothing.
   const bool indexed = ratio == 4 && indexer_on;
   const bool kv_with_q = kv_main_ == 3 || (kv_main_ == 4 && indexed);
   const bool kv_main = kv_with_q || kv_main_ == 2 || (kv_main_ == 1 && indexed);
