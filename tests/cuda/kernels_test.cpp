@@ -178,6 +178,21 @@ TEST_F(CudaKernels, IndexerQatMatchesCpuRows) {
   EXPECT_EQ(got, x);
 }
 
+// The KV row as the CPU stores it (spec §3.4.3): model::rms_norm with w, RoPE of the last
+// 2 n_pair values at position pos (table rows of cos then sin), FP8 round trip of the first
+// n_fp8 values, f16 rounding.
+std::vector<float> cpu_kv_row(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& table,
+                              int64_t pos, int n_pair, int64_t n_fp8) {
+  std::vector<float> want(x.size());
+  model::rms_norm(x, w, want, model::kRmsEps);
+  const float* cs = &table[static_cast<size_t>(pos * 2 * n_pair)];
+  model::rope_tail_apply(want, want.size(), {cs, static_cast<size_t>(n_pair)}, {cs + n_pair, static_cast<size_t>(n_pair)},
+                         false);
+  model::fp8_kv_round_trip(std::span<float>(want).first(static_cast<size_t>(n_fp8)));
+  for (float& v : want) v = round_f16(v);
+  return want;
+}
+
 // The KV row store (norm_rope with a ring, spec §3.4.2) against the CPU units in sequence:
 // model::rms_norm, rope_tail_apply, fp8_kv_round_trip on the 448 non-RoPE values (7 blocks of
 // 64), f16 rounding, bit for bit. Inputs are multiples of 1/8 (their squares sum exactly in f64,
@@ -208,13 +223,7 @@ TEST_F(CudaKernels, KvRowStoreMatchesCpu) {
   dpos.upload(&pos, 1);
   cuda::norm_rope(dx.get(), dw.get(), dim, 1, model::kRmsEps, dt.get(), n_pair, dpos.get(), n_fp8, raw.get(), raw_cap);
   cuda::check(cudaDeviceSynchronize(), "norm_rope");
-  std::vector<float> want(dim);
-  model::rms_norm(x, w, want, model::kRmsEps);
-  const float* cs = &table[static_cast<size_t>(pos * 2 * n_pair)];
-  model::rope_tail_apply(want, static_cast<size_t>(dim), {cs, static_cast<size_t>(n_pair)},
-                         {cs + n_pair, static_cast<size_t>(n_pair)}, false);
-  model::fp8_kv_round_trip(std::span<float>(want).first(static_cast<size_t>(n_fp8)));
-  for (float& v : want) v = round_f16(v);
+  const std::vector<float> want = cpu_kv_row(x, w, table, pos, n_pair, n_fp8);
   const std::vector<float> ring = download(raw, static_cast<size_t>(raw_cap * dim));
   EXPECT_EQ(std::vector<float>(ring.begin() + pos * dim, ring.begin() + (pos + 1) * dim), want);
   EXPECT_EQ(download(dx, x.size()), want);  // the row itself keeps the stored values
@@ -252,11 +261,7 @@ TEST_F(CudaKernels, QueryAndKvRowNormOneLaunchMatchesCpu) {
   std::vector<float> want_q = q;
   model::rms_norm_heads(want_q, static_cast<size_t>(dim), model::kRmsEps);
   model::rope_tail_apply(want_q, static_cast<size_t>(dim), cos_p, sin_p, false);  // every head
-  std::vector<float> want_kv(dim);
-  model::rms_norm(kv, w, want_kv, model::kRmsEps);
-  model::rope_tail_apply(want_kv, static_cast<size_t>(dim), cos_p, sin_p, false);
-  model::fp8_kv_round_trip(std::span<float>(want_kv).first(static_cast<size_t>(n_fp8)));
-  for (float& v : want_kv) v = round_f16(v);
+  const std::vector<float> want_kv = cpu_kv_row(kv, w, table, pos, n_pair, n_fp8);
   EXPECT_EQ(download(dq, q.size()), want_q);
   EXPECT_EQ(download(dkv, kv.size()), want_kv);
   const std::vector<float> ring = download(raw, static_cast<size_t>(raw_cap * dim));

@@ -49,10 +49,10 @@ StreamPriority stream_priority() {
 // 1 on the main stream in the layers whose indexer runs (the aux stream then holds the indexer
 // alone, the longer path to the attention), 2 always on it; 3 (default; other values too) in
 // the query heads' norm+RoPE launch in every layer (no launch of its own, no aux fork where the
-// indexer does not run), 4 in that launch where the indexer runs and on aux elsewhere.
+// indexer does not run).
 int kv_main_mode() {
   const char* v = std::getenv("DS4_CUDA_KV_MAIN");
-  for (const char* m : {"0", "1", "2", "4"})
+  for (const char* m : {"0", "1", "2"})
     if (v && std::strcmp(v, m) == 0) return *m - '0';
   return 3;
 }
@@ -567,7 +567,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   // (kv_main_mode: DS4_CUDA_KV_MAIN=1 and 2 give it a main-stream launch of its own, 0 the aux
   // stream), so the aux chain is the indexer's alone and other layers fork nothing.
   const bool indexed = ratio == 4 && indexer_on;
-  const bool kv_with_q = kv_main_ == 3 || (kv_main_ == 4 && indexed);
+  const bool kv_with_q = kv_main_ == 3;
   const bool kv_main = kv_with_q || kv_main_ == 2 || (kv_main_ == 1 && indexed);
   auto kv_store = [&] {
     norm_rope(kv_row_.get(), L.attn_kv_a_norm.get(), HD, 1, c_.rms_eps, rope, n_pair_, pos, c_.nope_dim(),
