@@ -636,6 +636,67 @@ TEST_F(CudaKernels, MatvecMatchesCpuForEveryTypeAndPath) {
   }
 }
 
+// A matvec with hc_post in its epilogue (MatvecOp::post): y and the n_hc new streams equal
+// quant::matvec then model::hc_post, bit for bit, through every decode matvec kernel that stores
+// rows (streaming with one and several rows per warp and the wide Q8_0 dot, chunked, row-slice
+// with one and two rows per lane) and through the fallback launch (row0 != 0).
+TEST_F(CudaKernels, MatvecHcPostEpilogueEqualsMatvecThenHcPost) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  struct Case { GgmlType type; int64_t rows, cols, row0; };
+  const Case cases[] = {
+      {GgmlType::Q8_0, 4096, 8192, 0},   // streaming, the 2-lanes-per-block dot (o_b's shape, >= 24 MiB)
+      {GgmlType::Q8_0, 300, 256, 0},     // streaming, 4 rows per warp
+      {GgmlType::Q8_0, 200, 16384, 0},   // chunked (the activation does not stay resident)
+      {GgmlType::F32, 77, 8192, 0},      // chunked, float
+      {GgmlType::F32, 50, 96, 0},        // streaming, float, several rows per warp
+      {GgmlType::Q2_K, 1000, 4096, 0},   // row-slice, one row per lane slice
+      {GgmlType::IQ2_XXS, 1000, 4096, 0},  // row-slice, two rows per lane slice
+      {GgmlType::Q8_0, 300, 256, 7},     // rows from 7 on: hc_post in a launch of its own
+  };
+  const int nh = 4;
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(std::string(ggml_type_info(static_cast<uint32_t>(cs.type))->name) + " " + std::to_string(cs.rows) +
+                 " x " + std::to_string(cs.cols) + " from row " + std::to_string(cs.row0));
+    const int64_t d = cs.rows, all_rows = cs.rows + cs.row0;
+    const size_t rb = quant::row_bytes(cs.type, cs.cols);
+    std::vector<uint8_t> w(rb * static_cast<size_t>(all_rows));
+    std::vector<float> row(static_cast<size_t>(cs.cols));
+    for (int64_t r = 0; r < all_rows; ++r) {
+      for (float& v : row) v = 0.05f * nd(rng);
+      quant::quantize_row(cs.type, row.data(), &w[static_cast<size_t>(r) * rb], cs.cols);
+    }
+    std::vector<float> x(static_cast<size_t>(cs.cols)), state(static_cast<size_t>(nh * d)), post(nh),
+        comb(static_cast<size_t>(nh * nh));
+    for (float& v : x) v = 2.0f * nd(rng);
+    for (float& v : state) v = nd(rng);
+    for (float& v : post) v = 0.5f + 0.25f * nd(rng);
+    for (float& v : comb) v = 0.25f + 0.1f * nd(rng);
+    std::vector<float> want_y(static_cast<size_t>(d)), want_out(state.size());
+    quant::matvec(cs.type, &w[static_cast<size_t>(cs.row0) * rb], d, cs.cols, x.data(), want_y.data());
+    model::hc_post(want_y, state, post, comb, want_out);
+
+    cuda::DeviceArray<uint8_t> dw(w.size());
+    dw.upload(w.data(), w.size());
+    const cuda::DevMatrix m{static_cast<uint32_t>(cs.type), dw.get(), cs.cols, all_rows, rb};
+    cuda::to_device_layout(m);
+    cuda::DeviceArray<float> dx(x.size()), dy(want_y.size()), dstate(state.size()), dpost(post.size()),
+        dcomb(comb.size()), dout(state.size());
+    dx.upload(x.data(), x.size());
+    dstate.upload(state.data(), state.size());
+    dpost.upload(post.data(), post.size());
+    dcomb.upload(comb.data(), comb.size());
+    cuda::DeviceArray<uint8_t> act(cuda::act_row_bytes(static_cast<uint32_t>(cs.type), cs.cols) + 16);
+    const cuda::HcPostEpi epi{dstate.get(), dpost.get(), dcomb.get(), nh, d, dout.get()};
+    cuda::MatvecOp o{&m, cs.row0, d, 0, nullptr, 1, dx.get(), 0, dy.get(), 0, act.get(), false};
+    o.post = &epi;
+    cuda::matvec_op(o);
+    cuda::check(cudaDeviceSynchronize(), "matvec with hc_post");
+    EXPECT_EQ(download(dy, want_y.size()), want_y);
+    EXPECT_EQ(download(dout, want_out.size()), want_out);
+  }
+}
+
 // Kernels that quantize their own output for the next matvec: the fused q_a norm (Q8_0), the HC
 // pre kernel's h (Q8_0 and Q8_K), and SwiGLU straight into the down projection's activation
 // format: the same bytes as quant::quantize_activation of the f32 values, and the same matvec

@@ -114,6 +114,7 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   KernelTimeline::get();  // DS4_CUDA_TIMELINE: CUPTI's records start before any graph is captured
   attn_rope_fused_ = !env_is_zero("DS4_CUDA_ATTN_ROPE_FUSED");
   attn_q8_fused_ = !env_is_zero("DS4_CUDA_ATTN_Q8_FUSED");
+  ob_post_ = !env_is_zero("DS4_CUDA_OB_POST");
   idx_first_ = !env_is_zero("DS4_CUDA_IDX_FIRST");
   kv_main_ = kv_main_mode();
   idx_query_main_ = idx_query_main_mode();
@@ -659,14 +660,22 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     matvec_op(oa);
   }
   mark("attn_output_a matvec");
+  // o_b, and the sublayer's hc_post in its epilogue (each row's n_hc state values as the row is
+  // stored: one launch and one gap less per layer), or (DS4_CUDA_OB_POST=0) in a launch of its own.
+  const HcPostEpi post{x_.get(), post_.get(), comb_.get(), static_cast<int>(c_.n_hc), D, x_next_.get()};
+  if (ob_post_) join_sinkhorn();
   {
     const PdlOffGuard off(no_pdl(NoPdlSite::Ob));
-    mv(L.attn_output_b, low_.get(), y_.get());
+    MatvecOp ob = op(L.attn_output_b, low_.get(), y_.get());
+    if (ob_post_) ob.post = &post;
+    matvec_op(ob);
   }
-  mark("attn_output_b matvec");
-  join_sinkhorn();
-  hc_post(y_.get(), x_.get(), post_.get(), comb_.get(), static_cast<int>(c_.n_hc), D, x_next_.get());
-  mark("hc_post");
+  mark(ob_post_ ? "attn_output_b matvec+hc_post" : "attn_output_b matvec");
+  if (!ob_post_) {
+    join_sinkhorn();
+    hc_post(y_.get(), x_.get(), post_.get(), comb_.get(), static_cast<int>(c_.n_hc), D, x_next_.get());
+    mark("hc_post");
+  }
   std::swap(x_, x_next_);
 }
 

@@ -267,6 +267,7 @@ class CudaForward {
   int kv_main_ = 3;  // where the KV row store runs (kv_main_mode, DS4_CUDA_KV_MAIN)
   int idx_query_main_ = 2;  // indexer query parts on stream_ before q_b: 0, 1 (q_b+proj), 2 (+RoPE/QAT) (DS4_CUDA_IDX_QUERY_MAIN)
   bool attn_q8_fused_ = true;  // o_a's Q8_0 input from the attention's combine launch (DS4_CUDA_ATTN_Q8_FUSED=0: off)
+  bool ob_post_ = true;  // the attention's hc_post in o_b's matvec epilogue (DS4_CUDA_OB_POST=0: a launch of its own)
   // Decode call sites whose launches skip PDL (DS4_CUDA_NO_PDL, a bit per NoPdlSite):
   // comparisons of where a dependent's blocks, parked early on the SMs, cost more than the
   // launch latency PDL hides.

@@ -56,6 +56,19 @@ void matvec(const DevMatrix& w, int64_t row0, int64_t n_rows, int64_t group_rows
             const int32_t* ids, int groups, const float* x, int64_t x_stride, float* y,
             int64_t y_stride, uint8_t* act_scratch);
 
+/// hc_post (model::hc_post, spec §3.3) of a one-group matvec's result y [d] formed in the
+/// matvec's epilogue as each row i is stored: out[c*d + i] = y[i]*post[c] + sum over r of
+/// comb[c + n_hc*r]*x[r*d + i], r in order (hc_post's formula and order, so the same values).
+/// x [n_hc*d], post [n_hc], comb [n_hc*n_hc], out [n_hc*d] (must not overlap x or y).
+struct HcPostEpi {
+  const float* x = nullptr;
+  const float* post = nullptr;
+  const float* comb = nullptr;
+  int n_hc = 0;
+  int64_t d = 0;
+  float* out = nullptr;
+};
+
 /// One matvec of matvec_pair (fields as matvec's arguments; n_rows rows per group). `act` is
 /// the scratch for the quantized input (>= groups * act_row_bytes); act_ready means it already
 /// holds x quantized in the weight's activation format.
@@ -74,6 +87,11 @@ struct MatvecOp {
   /// waits for its own predecessors before letting this one start (PDL): the row-slice kernel
   /// may then fetch the listed groups' first weight blocks before its wait.
   bool ids_early = false;
+  /// When set, the launch also forms hc_post of y (*post, see HcPostEpi) in its epilogue, or
+  /// with a shape the epilogue does not take (groups != 1, row0 != 0, n_rows != post->d) in an
+  /// hc_post launch after it: the same values either way. matvec_op / matvec only (matvec_pair
+  /// runs an op with a post as its own launch).
+  const HcPostEpi* post = nullptr;
 };
 
 /// Activation format of a weight type's matvec input (quant::activation_type): F32 for

@@ -452,7 +452,26 @@ struct MatvecJobs {
   MatvecArgs job[2];
   int q8_wide;  // streaming kernel, Q8_0: the 2-lanes-per-block dot (dot_q8_wide)
   int trigger;  // streaming / row-slice kernels: when dependents may launch (matvec_trigger_mode)
+  // hc_post in the epilogue (MatvecOp::post; out null: none): single-job, single-group launches.
+  // Read from the kernel parameters where used: as a MatvecArgs field (copied to registers with
+  // the job) the streaming kernels spilled at their register cap.
+  HcPostEpi post;
 };
+
+// Stores result v of row r of group g (on the lane that holds it) and, with jobs.post set, the
+// row's n_hc hc_post values: hc_post_kernel's formula and order (no FMA: --fmad=false).
+__device__ __forceinline__ void mv_put(const MatvecJobs& jobs, const MatvecArgs& a, int g, int64_t r, float v) {
+  a.y[g * a.y_stride + r] = v;
+  const HcPostEpi& p = jobs.post;
+  if (p.out == nullptr) return;
+#pragma unroll 1  // no unrolled copies: their temporaries made the streaming kernels spill
+  for (int c = 0; c < p.n_hc; ++c) {
+    float o = v * p.post[c];
+#pragma unroll 1
+    for (int k = 0; k < p.n_hc; ++k) o += p.comb[c + p.n_hc * k] * p.x[k * p.d + r];
+    p.out[c * p.d + r] = o;
+  }
+}
 
 // When the streaming and row-slice matvecs let the next launch be scheduled (PDL), from
 // DS4_CUDA_MATVEC_TRIGGER: right after their own PDL wait (default), =start at their start, or
@@ -571,7 +590,7 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_chunked_kernel(Matvec
       } else {
         for (int k = 0; k < n_mine; ++k) {
           const float v = dot_finish<T>(dot_chunk<T>(sm + k * staged_row_stride(a.row_bytes), xs, nb, lane, tab, 0.0f));
-          if (lane == 0) a.y[g * a.y_stride + r0 + k] = v;
+          if (lane == 0) mv_put(jobs, a, g, r0 + k, v);
         }
       }
     }
@@ -579,7 +598,7 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_chunked_kernel(Matvec
   }
   if (!active || a.rpw != 1) return;
   const float out = dot_finish<T>(acc);
-  if (lane == 0) a.y[g * a.y_stride + r0] = out;
+  if (lane == 0) mv_put(jobs, a, g, r0, out);
 }
 
 // ---- the streaming matvec (activations resident in shared memory) ---------------------------
@@ -705,7 +724,7 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
                  : dot_chunk<T>(sm, xs + c0 * kAct, nb, lane, tab, acc);
       if (ch == nch - 1) {
         const float out = wide ? finish_q8_wide(acc) : dot_finish<T>(acc);
-        if (lane == 0) a.y[g * a.y_stride + s] = out;
+        if (lane == 0) mv_put(jobs, a, g, s, out);
         acc = 0.0f;
       }
     } else {
@@ -715,7 +734,7 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
         const uint8_t* row = sm + k * staged_row_stride(a.row_bytes);
         const float v = wide ? finish_q8_wide(dot_q8_wide(row, static_cast<int>(nblk), xq, xd, lane, 0.0f))
                              : dot_finish<T>(dot_chunk<T>(row, xs, static_cast<int>(nblk), lane, tab, 0.0f));
-        if (lane == 0) a.y[g * a.y_stride + r0 + k] = v;
+        if (lane == 0) mv_put(jobs, a, g, r0 + k, v);
       }
     }
     __syncwarp();
@@ -1083,7 +1102,7 @@ __global__ void __launch_bounds__(kRsWarps * 32, rs_min_blocks(T, kL, kR)) matve
   }
 #pragma unroll
   for (int k = 0; k < kR; ++k)
-    if (on[k] && s == 0) a.y[g * a.y_stride + rl + k * kRows] = T == kIQ2_XXS ? 0.125f * acc[k] : acc[k];
+    if (on[k] && s == 0) mv_put(jobs, a, g, rl + k * kRows, T == kIQ2_XXS ? 0.125f * acc[k] : acc[k]);
 }
 
 // Lanes per row of format T: DS4_CUDA_MATVEC_ROWSLICE=4 / =8 for every format, =0 for none (the
@@ -1302,12 +1321,24 @@ bool ids_early_enabled() {
   return on;
 }
 
-// One matvec (nothing for an empty job).
+// Whether op's hc_post (op.post) fits the matvec epilogue: one group whose rows are the
+// post's d values.
+bool post_in_epilogue(const MatvecOp& op) {
+  return op.groups == 1 && op.row0 == 0 && op.n_rows == op.post->d;
+}
+
+// One matvec (nothing for an empty job), and op.post's hc_post in its epilogue or after it.
 void run_single(const MatvecOp& op) {
   if (op.n_rows <= 0 || op.groups <= 0) return;
   MatvecJobs jobs{};
   jobs.job[0] = prepare(op);
+  const bool epi = op.post != nullptr && post_in_epilogue(op);
+  if (epi) jobs.post = *op.post;
   launch_jobs(op.w->type, jobs, 1, op.groups);
+  if (op.post != nullptr && !epi) {
+    const HcPostEpi& p = *op.post;
+    hc_post(op.y, p.x, p.post, p.comb, p.n_hc, p.d, p.out);
+  }
 }
 
 }  // namespace
@@ -1352,6 +1383,11 @@ void swiglu_matvec(MatvecOp op, const float* gate, const float* up, float clamp,
 }
 
 void matvec_pair(const MatvecOp& a, const MatvecOp& b) {
+  if (a.post != nullptr || b.post != nullptr) {  // the epilogue serves single launches only
+    run_single(a);
+    run_single(b);
+    return;
+  }
   // The same input in the same format is quantized once; different inputs need two buffers
   // (inputs quantized beforehand into one buffer are the same input).
   const bool shared = a.x == b.x && a.x_stride == b.x_stride && a.w->cols == b.w->cols && !b.act_ready;
