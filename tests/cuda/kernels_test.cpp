@@ -637,9 +637,9 @@ TEST_F(CudaKernels, MatvecMatchesCpuForEveryTypeAndPath) {
 }
 
 // A matvec with hc_post in its epilogue (MatvecOp::post): y and the n_hc new streams equal
-// quant::matvec then model::hc_post, bit for bit, through every decode matvec kernel that stores
-// rows (streaming with one and several rows per warp and the wide Q8_0 dot, chunked, row-slice
-// with one and two rows per lane) and through the fallback launch (row0 != 0).
+// quant::matvec then model::hc_post, bit for bit, through every decode matvec kernel that takes it
+// (streaming with one and several rows per warp and the wide Q8_0 dot, chunked; the K-quants,
+// whose row-slice kernel does not take it, stream) and through the fallback launch (row0 != 0).
 TEST_F(CudaKernels, MatvecHcPostEpilogueEqualsMatvecThenHcPost) {
   std::mt19937 rng(29);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -650,8 +650,8 @@ TEST_F(CudaKernels, MatvecHcPostEpilogueEqualsMatvecThenHcPost) {
       {GgmlType::Q8_0, 200, 16384, 0},   // chunked (the activation does not stay resident)
       {GgmlType::F32, 77, 8192, 0},      // chunked, float
       {GgmlType::F32, 50, 96, 0},        // streaming, float, several rows per warp
-      {GgmlType::Q2_K, 1000, 4096, 0},   // row-slice, one row per lane slice
-      {GgmlType::IQ2_XXS, 1000, 4096, 0},  // row-slice, two rows per lane slice
+      {GgmlType::Q2_K, 1000, 4096, 0},   // streaming instead of the row-slice kernel
+      {GgmlType::IQ2_XXS, 1000, 4096, 0},  // streaming instead of the row-slice kernel
       {GgmlType::Q8_0, 300, 256, 7},     // rows from 7 on: hc_post in a launch of its own
   };
   const int nh = 4;

@@ -458,19 +458,28 @@ struct MatvecJobs {
   HcPostEpi post;
 };
 
-// Stores result v of row r of group g (on the lane that holds it) and, with jobs.post set, the
-// row's n_hc hc_post values: hc_post_kernel's formula and order (no FMA: --fmad=false).
-__device__ __forceinline__ void mv_put(const MatvecJobs& jobs, const MatvecArgs& a, int g, int64_t r, float v) {
-  a.y[g * a.y_stride + r] = v;
+constexpr int kMaxHcEpi = 5;  // hyper-connection streams the epilogue takes (CudaForward's limit)
+
+// Value c of row r of the hc_post in the epilogue: hc_post_kernel's formula and order (no FMA:
+// --fmad=false), every load issued before the adds.
+__device__ __forceinline__ void mv_post_one(const HcPostEpi& p, int c, int64_t r, float v) {
+  float o = v * p.post[c];
+#pragma unroll
+  for (int k = 0; k < kMaxHcEpi; ++k)
+    if (k < p.n_hc) o += p.comb[c + p.n_hc * k] * p.x[k * p.d + r];
+  p.out[c * p.d + r] = o;
+}
+
+// Stores row r of group g, whose value v lane 0 holds (the whole warp calls it), and with
+// jobs.post set the row's n_hc hc_post values, lane c forming value c (one round trip of loads,
+// not n_hc^2 in a row on lane 0).
+__device__ __forceinline__ void mv_put_warp(const MatvecJobs& jobs, const MatvecArgs& a, int g, int64_t r, float v,
+                                            int lane) {
+  if (lane == 0) a.y[g * a.y_stride + r] = v;
   const HcPostEpi& p = jobs.post;
-  if (p.out == nullptr) return;
-#pragma unroll 1  // no unrolled copies: their temporaries made the streaming kernels spill
-  for (int c = 0; c < p.n_hc; ++c) {
-    float o = v * p.post[c];
-#pragma unroll 1
-    for (int k = 0; k < p.n_hc; ++k) o += p.comb[c + p.n_hc * k] * p.x[k * p.d + r];
-    p.out[c * p.d + r] = o;
-  }
+  if (p.out == nullptr) return;  // uniform
+  v = __shfl_sync(kFull, v, 0);
+  if (lane < p.n_hc) mv_post_one(p, lane, r, v);
 }
 
 // When the streaming and row-slice matvecs let the next launch be scheduled (PDL), from
@@ -590,7 +599,7 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_chunked_kernel(Matvec
       } else {
         for (int k = 0; k < n_mine; ++k) {
           const float v = dot_finish<T>(dot_chunk<T>(sm + k * staged_row_stride(a.row_bytes), xs, nb, lane, tab, 0.0f));
-          if (lane == 0) mv_put(jobs, a, g, r0 + k, v);
+          mv_put_warp(jobs, a, g, r0 + k, v, lane);
         }
       }
     }
@@ -598,7 +607,7 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_chunked_kernel(Matvec
   }
   if (!active || a.rpw != 1) return;
   const float out = dot_finish<T>(acc);
-  if (lane == 0) mv_put(jobs, a, g, r0, out);
+  mv_put_warp(jobs, a, g, r0, out, lane);
 }
 
 // ---- the streaming matvec (activations resident in shared memory) ---------------------------
@@ -724,7 +733,7 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
                  : dot_chunk<T>(sm, xs + c0 * kAct, nb, lane, tab, acc);
       if (ch == nch - 1) {
         const float out = wide ? finish_q8_wide(acc) : dot_finish<T>(acc);
-        if (lane == 0) mv_put(jobs, a, g, s, out);
+        mv_put_warp(jobs, a, g, s, out, lane);
         acc = 0.0f;
       }
     } else {
@@ -734,7 +743,7 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
         const uint8_t* row = sm + k * staged_row_stride(a.row_bytes);
         const float v = wide ? finish_q8_wide(dot_q8_wide(row, static_cast<int>(nblk), xq, xd, lane, 0.0f))
                              : dot_finish<T>(dot_chunk<T>(row, xs, static_cast<int>(nblk), lane, tab, 0.0f));
-        if (lane == 0) mv_put(jobs, a, g, r0 + k, v);
+        mv_put_warp(jobs, a, g, r0 + k, v, lane);
       }
     }
     __syncwarp();
@@ -1102,7 +1111,7 @@ __global__ void __launch_bounds__(kRsWarps * 32, rs_min_blocks(T, kL, kR)) matve
   }
 #pragma unroll
   for (int k = 0; k < kR; ++k)
-    if (on[k] && s == 0) mv_put(jobs, a, g, rl + k * kRows, T == kIQ2_XXS ? 0.125f * acc[k] : acc[k]);
+    if (on[k] && s == 0) a.y[g * a.y_stride + rl + k * kRows] = T == kIQ2_XXS ? 0.125f * acc[k] : acc[k];
 }
 
 // Lanes per row of format T: DS4_CUDA_MATVEC_ROWSLICE=4 / =8 for every format, =0 for none (the
@@ -1166,7 +1175,8 @@ bool launch_rowslice(const MatvecJobs& jobs, int n_jobs, int groups) {
     return false;
   } else {
     const int lanes = rowslice_lanes<T>();
-    if (lanes == 0) return false;
+    // No hc_post epilogue here (the K-quant kernels sit at their register caps): the streaming kernel takes it.
+    if (lanes == 0 || jobs.post.out != nullptr) return false;
     int64_t rows = 0, nblk = 0;
     for (int j = 0; j < n_jobs; ++j) {
       const MatvecArgs& a = jobs.job[j];
@@ -1322,9 +1332,9 @@ bool ids_early_enabled() {
 }
 
 // Whether op's hc_post (op.post) fits the matvec epilogue: one group whose rows are the
-// post's d values.
+// post's d values, at most kMaxHcEpi streams.
 bool post_in_epilogue(const MatvecOp& op) {
-  return op.groups == 1 && op.row0 == 0 && op.n_rows == op.post->d;
+  return op.groups == 1 && op.row0 == 0 && op.n_rows == op.post->d && op.post->n_hc <= kMaxHcEpi;
 }
 
 // One matvec (nothing for an empty job), and op.post's hc_post in its epilogue or after it.
