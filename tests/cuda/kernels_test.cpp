@@ -709,8 +709,10 @@ TEST_F(CudaKernels, FusedActivationQuantizationMatchesCpu) {
     quant::quantize_activation(t, v.data(), out.data(), static_cast<int64_t>(v.size()));
     return out;
   };
-  {  // rms_norm with a Q8_0 output (2 rows of 1024)
-    const int64_t dim = 1024;
+  // rms_norm with a Q8_0 output, 2 rows in place: 1024 values (quantized from registers) and
+  // 8192 (past the register form: written, then read back).
+  for (const int64_t dim : {int64_t{1024}, int64_t{8192}}) {
+    SCOPED_TRACE("rms_norm of " + std::to_string(dim));
     std::vector<float> x(2 * dim), w(dim), want(2 * dim);
     for (float& v : x) v = 2.0f * nd(rng);
     for (float& v : w) v = 1.0f + 0.1f * nd(rng);

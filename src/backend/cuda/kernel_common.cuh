@@ -146,32 +146,42 @@ __device__ float block_rms_scale(const float* xr, int64_t dim, float eps) {
   return block_rms_from_partial(acc, dim, eps);
 }
 
-// out = x * s [* w] for one row by the whole block. Rows of at most kNormRegs * blockDim.x values
-// are held in registers: every load is issued before the first use (a strided loop would wait one
-// memory round trip per iteration, in-order issue), and out may alias x. Longer rows loop.
+// block_rms_norm_row's register form, for rows of at most kNormRegs * blockDim.x values: every
+// load issued before the first use; out = x * s [* w] is also left in hv (value k of thread t is
+// element k * blockDim.x + t; 0 past dim), so a caller can quantize it without reading it back.
 constexpr int kNormRegs = 16;
+__device__ __forceinline__ void block_rms_norm_regs(const float* xr, const float* w, float* orow, int64_t dim,
+                                                    float eps, float (&hv)[kNormRegs]) {
+  float wv[kNormRegs];
+#pragma unroll
+  for (int k = 0; k < kNormRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+    hv[k] = i < dim ? xr[i] : 0.0f;
+    wv[k] = w && i < dim ? w[i] : 1.0f;
+  }
+  double acc = 0;
+#pragma unroll
+  for (int k = 0; k < kNormRegs; ++k) acc += static_cast<double>(hv[k]) * hv[k];
+  const float s = block_rms_from_partial(acc, dim, eps);
+#pragma unroll
+  for (int k = 0; k < kNormRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+    hv[k] = w ? hv[k] * s * wv[k] : hv[k] * s;
+    if (i < dim) orow[i] = hv[k];
+  }
+}
+
+// out = x * s [* w] for one row by the whole block. Rows of at most kNormRegs * blockDim.x values
+// are held in registers (block_rms_norm_regs: a strided loop would wait one memory round trip per
+// iteration, in-order issue), and out may alias x. Longer rows loop.
 __device__ void block_rms_norm_row(const float* xr, const float* w, float* orow, int64_t dim, float eps) {
   if (dim > kNormRegs * static_cast<int64_t>(blockDim.x)) {
     const float s = block_rms_scale(xr, dim, eps);
     for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) orow[i] = w ? xr[i] * s * w[i] : xr[i] * s;
     return;
   }
-  float v[kNormRegs], wv[kNormRegs];
-#pragma unroll
-  for (int k = 0; k < kNormRegs; ++k) {
-    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
-    v[k] = i < dim ? xr[i] : 0.0f;
-    wv[k] = w && i < dim ? w[i] : 1.0f;
-  }
-  double acc = 0;
-#pragma unroll
-  for (int k = 0; k < kNormRegs; ++k) acc += static_cast<double>(v[k]) * v[k];
-  const float s = block_rms_from_partial(acc, dim, eps);
-#pragma unroll
-  for (int k = 0; k < kNormRegs; ++k) {
-    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
-    if (i < dim) orow[i] = w ? v[k] * s * wv[k] : v[k] * s;
-  }
+  float hv[kNormRegs];
+  block_rms_norm_regs(xr, w, orow, dim, eps, hv);
 }
 
 // Rotation of pair p of a tail by the angles of `cs` ([cos n_pair][sin n_pair]).

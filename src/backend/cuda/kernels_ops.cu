@@ -25,10 +25,27 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int6
                                 uint8_t* q8_0) {
   pdl_wait();
   pdl_trigger();
-  block_rms_norm_row(x + blockIdx.x * dim, w, out + blockIdx.x * dim, dim, eps);
+  const float* xr = x + blockIdx.x * dim;
+  float* orow = out + blockIdx.x * dim;
+  if (q8_0 && dim <= kNormRegs * static_cast<int64_t>(blockDim.x)) {
+    // The Q8_0 blocks from registers (no barrier and read-back of out): value k of lane l of
+    // warp w is element k * blockDim.x + 32 w + l, so each warp holds whole blocks (blockDim.x
+    // and dim are multiples of 32); the same values as block_quantize_row reading them back.
+    float hv[kNormRegs];
+    block_rms_norm_regs(xr, w, orow, dim, eps, hv);
+    const int lane = threadIdx.x & 31;
+    auto* q = reinterpret_cast<BQ8_0Act*>(q8_0 + blockIdx.x * (dim / 32) * sizeof(BQ8_0Act));
+#pragma unroll
+    for (int k = 0; k < kNormRegs; ++k) {
+      const int64_t i0 = k * static_cast<int64_t>(blockDim.x) + (threadIdx.x - lane);  // warp-uniform
+      if (i0 < dim) quantize_q8_0_block(hv[k], lane, q + i0 / 32);
+    }
+    return;
+  }
+  block_rms_norm_row(xr, w, orow, dim, eps);
   if (!q8_0) return;  // uniform
   __syncthreads();
-  block_quantize_row(out + blockIdx.x * dim, dim, q8_0 + blockIdx.x * (dim / 32) * sizeof(BQ8_0Act), nullptr);
+  block_quantize_row(orow, dim, q8_0 + blockIdx.x * (dim / 32) * sizeof(BQ8_0Act), nullptr);
 }
 
 // Embedding row lookup (quant::dequantize_row of token_embd row tok[0]) replicated into n_hc
