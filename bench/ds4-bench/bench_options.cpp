@@ -146,7 +146,8 @@ std::optional<BenchOptions> parse_bench_options(const std::vector<std::string>& 
       fail("prompt file {} {}", prompt, std::filesystem::exists(prompt) ? "is not a regular file" : "does not exist");
   }
   if (o.model.empty()) o.model = default_model;
-  if (!std::filesystem::is_regular_file(o.model)) fail("model file {} does not exist", o.model);
+  if (!std::filesystem::is_regular_file(o.model))
+    fail("model file {} {}", o.model, std::filesystem::exists(o.model) ? "is not a regular file" : "does not exist");
   check_frontiers();
   return o;
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <cstdint>
 #include <limits>
@@ -855,47 +856,58 @@ TEST_F(CudaKernels, QuantizeRowsMatchesCpu) {
 
 // Router selection (spec §3.5) with many exact ties and a NaN logit, with and without bias, against
 // router_probs + router_select_top_k + router_weights.
+// Both selections: the rank scan (default) and the warp maxima (DS4_CUDA_ROUTER_WARP=1, read at
+// every launch; n 384 takes the scan either way).
 TEST_F(CudaKernels, RouterSelectionMatchesCpuWithTies) {
   std::mt19937 rng(3);
-  for (const int n : {16, 256, 384}) {
-    for (const bool with_bias : {false, true}) {
-      const int k = 6;
-      std::vector<float> logits(static_cast<size_t>(n)), bias;
-      for (float& v : logits) v = 0.25f * static_cast<float>(rng() % 9) - 1.0f;  // 9 distinct values
-      logits[static_cast<size_t>(n / 3)] = std::numeric_limits<float>::quiet_NaN();
-      if (with_bias) {
-        bias.resize(static_cast<size_t>(n));
-        for (float& v : bias) v = 0.125f * static_cast<float>(rng() % 3);
+  const char* prev = std::getenv("DS4_CUDA_ROUTER_WARP");
+  const std::string saved = prev ? prev : "";
+  for (const char* warp : {"0", "1"}) {
+    setenv("DS4_CUDA_ROUTER_WARP", warp, 1);
+    SCOPED_TRACE(std::string("DS4_CUDA_ROUTER_WARP=") + warp);
+    for (const int n : {16, 256, 384}) {
+      for (const bool with_bias : {false, true}) {
+        const int k = 6;
+        std::vector<float> logits(static_cast<size_t>(n)), bias;
+        for (float& v : logits) v = 0.25f * static_cast<float>(rng() % 9) - 1.0f;  // 9 distinct values
+        logits[static_cast<size_t>(n / 3)] = std::numeric_limits<float>::quiet_NaN();
+        if (with_bias) {
+          bias.resize(static_cast<size_t>(n));
+          for (float& v : bias) v = 0.125f * static_cast<float>(rng() % 3);
+        }
+        std::vector<float> p(logits.size());
+        model::router_probs(logits, p);
+        std::vector<int32_t> want(static_cast<size_t>(k));
+        model::router_select_top_k(p, bias, want);
+        std::vector<float> want_w(static_cast<size_t>(k));
+        model::router_weights(p, want, 1.5f, want_w);
+        cuda::DeviceArray<float> dl(logits.size()), db(std::max<size_t>(bias.size(), 1)), dp(logits.size()), dw(k);
+        cuda::DeviceArray<int32_t> dsel(k), dord(k), dtok(1);
+        cuda::DeviceArray<int64_t> dpos(1);
+        dl.upload(logits.data(), logits.size());
+        if (with_bias) db.upload(bias.data(), bias.size());
+        const int64_t pos = 0;
+        dpos.upload(&pos, 1);
+        cuda::router(dl.get(), n, with_bias ? db.get() : nullptr, nullptr, dtok.get(), dpos.get(), k, 1.5f, dp.get(),
+                     dsel.get(), dw.get(), dord.get());
+        cuda::check(cudaDeviceSynchronize(), "router");
+        std::vector<int32_t> got(static_cast<size_t>(k)), ord(static_cast<size_t>(k));
+        std::vector<float> got_w(static_cast<size_t>(k));
+        dsel.download(got.data(), got.size());
+        dw.download(got_w.data(), got_w.size());
+        dord.download(ord.data(), ord.size());
+        EXPECT_EQ(got, want) << "n=" << n << " bias=" << with_bias;
+        // Weights: the device's exp/log1p (f64, rounded once) may differ from glibc's by an ulp.
+        for (int i = 0; i < k; ++i)
+          EXPECT_NEAR(got_w[static_cast<size_t>(i)], want_w[static_cast<size_t>(i)],
+                      4e-7f * std::fabs(want_w[static_cast<size_t>(i)]))
+              << "n=" << n << " bias=" << with_bias;
+        for (int i = 1; i < k; ++i) EXPECT_LT(got[static_cast<size_t>(ord[i - 1])], got[static_cast<size_t>(ord[i])]);
       }
-      std::vector<float> p(logits.size());
-      model::router_probs(logits, p);
-      std::vector<int32_t> want(static_cast<size_t>(k));
-      model::router_select_top_k(p, bias, want);
-      std::vector<float> want_w(static_cast<size_t>(k));
-      model::router_weights(p, want, 1.5f, want_w);
-      cuda::DeviceArray<float> dl(logits.size()), db(std::max<size_t>(bias.size(), 1)), dp(logits.size()), dw(k);
-      cuda::DeviceArray<int32_t> dsel(k), dord(k), dtok(1);
-      cuda::DeviceArray<int64_t> dpos(1);
-      dl.upload(logits.data(), logits.size());
-      if (with_bias) db.upload(bias.data(), bias.size());
-      const int64_t pos = 0;
-      dpos.upload(&pos, 1);
-      cuda::router(dl.get(), n, with_bias ? db.get() : nullptr, nullptr, dtok.get(), dpos.get(), k, 1.5f, dp.get(),
-                   dsel.get(), dw.get(), dord.get());
-      cuda::check(cudaDeviceSynchronize(), "router");
-      std::vector<int32_t> got(static_cast<size_t>(k)), ord(static_cast<size_t>(k));
-      std::vector<float> got_w(static_cast<size_t>(k));
-      dsel.download(got.data(), got.size());
-      dw.download(got_w.data(), got_w.size());
-      dord.download(ord.data(), ord.size());
-      EXPECT_EQ(got, want) << "n=" << n << " bias=" << with_bias;
-      // Weights: the device's exp/log1p (f64, rounded once) may differ from glibc's by an ulp.
-      for (int i = 0; i < k; ++i)
-        EXPECT_NEAR(got_w[static_cast<size_t>(i)], want_w[static_cast<size_t>(i)], 4e-7f * std::fabs(want_w[static_cast<size_t>(i)]))
-            << "n=" << n << " bias=" << with_bias;
-      for (int i = 1; i < k; ++i) EXPECT_LT(got[static_cast<size_t>(ord[i - 1])], got[static_cast<size_t>(ord[i])]);
     }
   }
+  if (prev) setenv("DS4_CUDA_ROUTER_WARP", saved.c_str(), 1);
+  else unsetenv("DS4_CUDA_ROUTER_WARP");
 }
 
 // model::sink_attention's operation order (dot_f32 then the scale, max with the sink, the

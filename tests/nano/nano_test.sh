@@ -91,6 +91,7 @@ done
 # ds4-bench: an unknown flag and a missing model are bad input, exit 2 (its own tests: the rest).
 expect 2 "not expected" -- "$build/ds4-bench" --no-such-flag
 expect 2 "does not exist" -- "$build/ds4-bench" -m "$tmp/missing.gguf" --prompt-file "$0"
+expect 2 "model file .* is not a regular file" -- "$build/ds4-bench" -m "$tmp" --prompt-file "$0"
 (cd "$src" && /usr/bin/python3 - "$tmp/bad_weights.gguf" <<'PY'
 import sys
 import numpy as np
