@@ -88,10 +88,10 @@ struct MatvecOp {
   /// may then fetch the listed groups' first weight blocks before its wait.
   bool ids_early = false;
   /// When set, the launch also forms hc_post of y (*post, see HcPostEpi) in its epilogue (the
-  /// streaming and chunked kernels; K-quant weights then stream instead of taking the row-slice kernel), or
-  /// with a shape the epilogue does not take (groups != 1, row0 != 0, n_rows != post->d) in an
-  /// hc_post launch after it: the same values either way. matvec_op / matvec only (matvec_pair
-  /// runs an op with a post as its own launch).
+  /// streaming and chunked kernels; K-quant weights then stream instead of taking the row-slice
+  /// kernel), or with a shape the epilogue does not take (groups != 1, row0 != 0, n_rows !=
+  /// post->d, n_hc > 5) in an hc_post launch after it: the same values either way. matvec_op
+  /// only (matvec_pair runs an op with a post as its own launch).
   const HcPostEpi* post = nullptr;
 };
 
