@@ -112,6 +112,20 @@ __device__ void quantize_q8_k_block(const float (&v)[8], int lane, BQ8_K* y, Val
   if (lane == 0) y->d = 1.0f / iscale;
 }
 
+// Q8_0 blocks of a row the block holds in registers, value k of thread t being element
+// k * blockDim.x + t: each warp then holds whole blocks (blockDim.x and dim multiples of 32), so
+// the blocks need no barrier and no read-back of the row; the same bytes as block_quantize_row.
+// The whole block calls it.
+template <int N>
+__device__ void block_quantize_q8_0_regs(const float (&v)[N], int64_t dim, uint8_t* q8_0) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const int64_t i0 = k * static_cast<int64_t>(blockDim.x) + (threadIdx.x - lane);  // warp-uniform
+    if (i0 < dim) quantize_q8_0_block(v[k], lane, reinterpret_cast<BQ8_0Act*>(q8_0) + i0 / 32);
+  }
+}
+
 // Quantizes row[0..dim) (written by this block before a __syncthreads) with the block's warps:
 // into Q8_0 blocks at q8_0 (dim % 32 == 0) and Q8_K blocks at q8_k (dim % 256 == 0); a null
 // output is skipped. The whole block calls it.

@@ -99,7 +99,8 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (ctx < 1) fail("context size {} must be at least 1 token", ctx);
   // Limits of the kernels' shared-memory tables (router scores, HC combine matrix).
   if (c.n_expert > 4096) fail("CUDA backend: {} experts exceed the supported 4096", c.n_expert);
-  if (c.n_hc > 5) fail("CUDA backend: {} hyper-connection streams exceed the supported 5", c.n_hc);
+  if (c.n_hc > static_cast<uint32_t>(kMaxHcStreams))
+    fail("CUDA backend: {} hyper-connection streams exceed the supported {}", c.n_hc, kMaxHcStreams);
   if (c.n_indexer_head > 0 &&
       (c.n_indexer_head > static_cast<uint32_t>(kMaxIndexerHeads) || c.indexer_head_dim < kMinIndexerDim ||
        c.indexer_head_dim > kMaxIndexerDim))

@@ -56,6 +56,10 @@ void matvec(const DevMatrix& w, int64_t row0, int64_t n_rows, int64_t group_rows
             const int32_t* ids, int groups, const float* x, int64_t x_stride, float* y,
             int64_t y_stride, uint8_t* act_scratch);
 
+/// Hyper-connection streams the HC kernels take (their per-stream arrays are this long; the
+/// Sinkhorn matrix, n*n entries, fits one warp). CudaForward refuses models with more.
+constexpr int kMaxHcStreams = 5;
+
 /// hc_post (model::hc_post, spec §3.3) of a one-group matvec's result y [d] formed in the
 /// matvec's epilogue as each row i is stored: out[c*d + i] = y[i]*post[c] + sum over r of
 /// comb[c + n_hc*r]*x[r*d + i], r in order (hc_post's formula and order, so the same values).
@@ -90,7 +94,7 @@ struct MatvecOp {
   /// When set, the launch also forms hc_post of y (*post, see HcPostEpi) in its epilogue (the
   /// streaming and chunked kernels; K-quant weights then stream instead of taking the row-slice
   /// kernel), or with a shape the epilogue does not take (groups != 1, row0 != 0, n_rows !=
-  /// post->d, n_hc > 5) in an hc_post launch after it: the same values either way. matvec_op
+  /// post->d, n_hc > kMaxHcStreams) in an hc_post launch after it: the same values either way. matvec_op
   /// only (matvec_pair runs an op with a post as its own launch).
   const HcPostEpi* post = nullptr;
 };

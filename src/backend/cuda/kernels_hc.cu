@@ -14,12 +14,11 @@
 namespace ds4::cuda {
 namespace {
 
-constexpr int kMaxHc = 5;  // hyper-connection streams: the Sinkhorn matrix fits one warp (n*n <= 32)
 constexpr int kHcChains = 64;  // model::kHcProjChains: the projection's sum chains, two warps
 
 // The HC split's post weights and Sinkhorn combine matrix (model::hc_split_sinkhorn), one warp:
-// the n x n matrix lives in registers (lane r*n + c holds entry (r, c); n <= kMaxHc), every row
-// or column sum gathers its n entries by shuffles and adds them in the CPU's order.
+// the n x n matrix lives in registers (lane r*n + c holds entry (r, c); n <= kMaxHcStreams),
+// every row or column sum gathers its n entries by shuffles and adds them in the CPU's order.
 __global__ void hc_sinkhorn_kernel(const float* mix, const float* scale, const float* base, int n, int iters,
                                    float eps, float* post, float* comb) {
   pdl_wait();
@@ -68,7 +67,7 @@ __device__ void hc_pre_block(const float* mix, const HcPreArgs& a) {
   const int n = a.n_hc;
   const int64_t d = a.d;
   const float* x = a.x;
-  __shared__ float s_pre[kMaxHc];
+  __shared__ float s_pre[kMaxHcStreams];
   const int t = threadIdx.x;
   if (t < n) {
     const float z = __ldcg(mix + t) * a.scale[0] + a.base[t];
@@ -93,12 +92,12 @@ __device__ void hc_pre_block(const float* mix, const HcPreArgs& a) {
     block_quantize_row(a.h, d, a.h_q8_0, a.h_q8_k);
     return;
   }
-  float xv[kSumRegs][kMaxHc], o[kSumRegs], wv[kSumRegs];
+  float xv[kSumRegs][kMaxHcStreams], o[kSumRegs], wv[kSumRegs];
 #pragma unroll
   for (int k = 0; k < kSumRegs; ++k) {
     const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
 #pragma unroll
-    for (int r = 0; r < kMaxHc; ++r) xv[k][r] = i < d && r < n ? x[r * d + i] : 0.0f;
+    for (int r = 0; r < kMaxHcStreams; ++r) xv[k][r] = i < d && r < n ? x[r * d + i] : 0.0f;
     wv[k] = a.norm_w && i < d ? a.norm_w[i] : 0.0f;
   }
 #pragma unroll
@@ -106,7 +105,7 @@ __device__ void hc_pre_block(const float* mix, const HcPreArgs& a) {
     const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
     o[k] = 0.0f;
 #pragma unroll
-    for (int r = 0; r < kMaxHc; ++r)
+    for (int r = 0; r < kMaxHcStreams; ++r)
       if (r < n) o[k] += xv[k][r] * s_pre[r];
     if (i < d) {
       a.sub_in[i] = o[k];
@@ -122,17 +121,7 @@ __device__ void hc_pre_block(const float* mix, const HcPreArgs& a) {
     hv[k] = o[k] * sc * wv[k];
     if (i < d) a.h[i] = hv[k];
   }
-  // The Q8_0 blocks from registers: value k of lane l of warp w is element k * blockDim.x + 32 w
-  // + l, so each warp holds whole blocks (blockDim.x is a multiple of 32; h_q8_0 is set only for
-  // d % 32 == 0), quantized as block_quantize_row would after reading them back.
-  if (a.h_q8_0) {
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int k = 0; k < kSumRegs; ++k) {
-      const int64_t i0 = k * static_cast<int64_t>(blockDim.x) + (threadIdx.x - lane);  // warp-uniform
-      if (i0 < d) quantize_q8_0_block(hv[k], lane, reinterpret_cast<BQ8_0Act*>(a.h_q8_0) + i0 / 32);
-    }
-  }
+  if (a.h_q8_0) block_quantize_q8_0_regs(hv, d, a.h_q8_0);  // set only for d % 32 == 0
   if (!a.h_q8_k) return;  // uniform
   __syncthreads();
   block_quantize_row(a.h, d, nullptr, a.h_q8_k);

@@ -27,25 +27,17 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int6
   pdl_trigger();
   const float* xr = x + blockIdx.x * dim;
   float* orow = out + blockIdx.x * dim;
-  if (q8_0 && dim <= kNormRegs * static_cast<int64_t>(blockDim.x)) {
-    // The Q8_0 blocks from registers (no barrier and read-back of out): value k of lane l of
-    // warp w is element k * blockDim.x + 32 w + l, so each warp holds whole blocks (blockDim.x
-    // and dim are multiples of 32); the same values as block_quantize_row reading them back.
+  uint8_t* qrow = q8_0 ? q8_0 + blockIdx.x * (dim / 32) * sizeof(BQ8_0Act) : nullptr;
+  if (qrow && dim <= kNormRegs * static_cast<int64_t>(blockDim.x)) {  // Q8_0 from registers
     float hv[kNormRegs];
     block_rms_norm_regs(xr, w, orow, dim, eps, hv);
-    const int lane = threadIdx.x & 31;
-    auto* q = reinterpret_cast<BQ8_0Act*>(q8_0 + blockIdx.x * (dim / 32) * sizeof(BQ8_0Act));
-#pragma unroll
-    for (int k = 0; k < kNormRegs; ++k) {
-      const int64_t i0 = k * static_cast<int64_t>(blockDim.x) + (threadIdx.x - lane);  // warp-uniform
-      if (i0 < dim) quantize_q8_0_block(hv[k], lane, q + i0 / 32);
-    }
+    block_quantize_q8_0_regs(hv, dim, qrow);
     return;
   }
   block_rms_norm_row(xr, w, orow, dim, eps);
-  if (!q8_0) return;  // uniform
+  if (!qrow) return;  // uniform
   __syncthreads();
-  block_quantize_row(orow, dim, q8_0 + blockIdx.x * (dim / 32) * sizeof(BQ8_0Act), nullptr);
+  block_quantize_row(orow, dim, qrow, nullptr);
 }
 
 // Embedding row lookup (quant::dequantize_row of token_embd row tok[0]) replicated into n_hc
@@ -154,18 +146,14 @@ __device__ uint64_t router_key(float s, int e) {
   return (static_cast<uint64_t>(float_order_key(s)) << 32) | (0xffffffffu - static_cast<uint32_t>(e));
 }
 
-// Routing for one token per block (model::route): probabilities sqrt(softplus(logit)), the
-// selection (hash table, or each expert's rank by its biased score counted against every other
-// expert's key, a scan the warp leaves once all its lanes are past k), then thread 0's
-// weights in selection order and the stable insertion sort by expert id, from shared memory.
-// Shared memory: n keys (u64), n probabilities, k selected ids, k slots in expert-id order.
 // The k largest of the block's keys (thread t holding key[t], 0 past n: below every expert's key,
 // whose low word ~e is never 0), in descending order into sel_s as expert ids, by warp maxima:
 // each warp's k largest into cand (k rounds of a 64-bit warp max: the high words' redux, then
 // the low words' among the lanes that hold that high word; keys are distinct, so one lane holds
-// the winner and drops it), then warp 0 takes the k largest of the 8 warps' candidates the same
-// way. Requires n <= blockDim.x = 256 and k <= 32 (cand: blockDim.x / 32 * k keys). The same
-// selection as the rank scan: the k largest keys in order.
+// the winner and drops it), then warp 0 takes the k largest of the warps' candidates the same
+// way. Requires n <= blockDim.x and blockDim.x / 32 * k <= kRouterCand (so k <= 32 at 256
+// threads). The same selection as the rank scan: the k largest keys in order.
+constexpr int kRouterCand = 256;  // candidate keys: 8 per lane of warp 0
 __device__ __forceinline__ uint64_t warp_max_key(uint64_t v) {
   const uint32_t hi = __reduce_max_sync(0xffffffffu, static_cast<uint32_t>(v >> 32));
   const uint32_t lo = __reduce_max_sync(0xffffffffu, static_cast<uint32_t>(v >> 32) == hi ? static_cast<uint32_t>(v) : 0u);
@@ -181,7 +169,7 @@ __device__ void router_select_warps(const uint64_t* key, int n, int k, uint64_t*
   }
   __syncthreads();
   if (warp != 0) return;
-  constexpr int kPer = 8;  // candidates per lane: warps * k <= 256
+  constexpr int kPer = kRouterCand / 32;
   uint64_t c[kPer];
 #pragma unroll
   for (int j = 0; j < kPer; ++j) c[j] = lane + 32 * j < warps * k ? cand[lane + 32 * j] : 0;
@@ -196,6 +184,12 @@ __device__ void router_select_warps(const uint64_t* key, int n, int k, uint64_t*
   }
 }
 
+// Routing for one token per block (model::route): probabilities sqrt(softplus(logit)), the
+// selection (hash table; else by warp maxima with warp_select, or each expert's rank by its
+// biased score counted against every other expert's key, a scan the warp leaves once all its
+// lanes are past k), then thread 0's weights in selection order and the stable insertion sort by
+// expert id, from shared memory.
+// Shared memory: n keys (u64), n probabilities, k selected ids, k slots in expert-id order.
 __global__ void router_kernel(const float* logits, int n, const float* bias, const int32_t* tid2eid,
                               const int32_t* tokens, const int64_t* pos, int k, float scale, float* p_out,
                               int32_t* sel, float* weights, int32_t* order, bool warp_select) {
@@ -222,9 +216,8 @@ __global__ void router_kernel(const float* logits, int n, const float* bias, con
   }
   __syncthreads();
   if (!tid2eid && warp_select) {
-    __shared__ uint64_t cand[256];
+    __shared__ uint64_t cand[kRouterCand];
     router_select_warps(key, n, k, cand, sel_s);
-    __syncthreads();
   } else if (!tid2eid) {
     for (int e0 = threadIdx.x - (threadIdx.x & 31); e0 < n; e0 += blockDim.x) {  // warp-uniform
       const int e = e0 + (threadIdx.x & 31);
@@ -237,8 +230,8 @@ __global__ void router_kernel(const float* logits, int n, const float* bias, con
       }
       if (e < n && rank < k) sel_s[rank] = e;
     }
-    __syncthreads();
   }
+  if (!tid2eid) __syncthreads();  // uniform: sel_s complete
   if (threadIdx.x != 0) return;
   float sum = 0.0f;
   for (int i = 0; i < k; ++i) sum += p[sel_s[i]];
@@ -349,7 +342,7 @@ void router(const float* logits, int n_expert, const float* bias, const int32_t*
   // 37: decode +0.5 % / +0.9 % in two incomplete rounds, the test logs lost); read at every
   // launch, so the kernel test runs both forms.
   const bool warp_on = env_is_on("DS4_CUDA_ROUTER_WARP");
-  const bool warp_select = warp_on && n_expert <= kThreads && n_used <= 32 && n_used * (kThreads / 32) <= 256;
+  const bool warp_select = warp_on && n_expert <= kThreads && n_used * (kThreads / 32) <= kRouterCand;
   launch_k(router_kernel, static_cast<unsigned>(n_tok), kThreads, smem,
       logits, n_expert, bias, tid2eid, tokens, pos, n_used, scale, probs, sel, weights, order, warp_select);
 }

@@ -458,14 +458,12 @@ struct MatvecJobs {
   HcPostEpi post;
 };
 
-constexpr int kMaxHcEpi = 5;  // hyper-connection streams the epilogue takes (CudaForward's limit)
-
 // Value c of row r of the hc_post in the epilogue: hc_post_kernel's formula and order (no FMA:
 // --fmad=false), every load issued before the adds.
 __device__ __forceinline__ void mv_post_one(const HcPostEpi& p, int c, int64_t r, float v) {
   float o = v * p.post[c];
 #pragma unroll
-  for (int k = 0; k < kMaxHcEpi; ++k)
+  for (int k = 0; k < kMaxHcStreams; ++k)
     if (k < p.n_hc) o += p.comb[c + p.n_hc * k] * p.x[k * p.d + r];
   p.out[c * p.d + r] = o;
 }
@@ -1332,9 +1330,9 @@ bool ids_early_enabled() {
 }
 
 // Whether op's hc_post (op.post) fits the matvec epilogue: one group whose rows are the
-// post's d values, at most kMaxHcEpi streams.
+// post's d values, at most kMaxHcStreams streams.
 bool post_in_epilogue(const MatvecOp& op) {
-  return op.groups == 1 && op.row0 == 0 && op.n_rows == op.post->d && op.post->n_hc <= kMaxHcEpi;
+  return op.groups == 1 && op.row0 == 0 && op.n_rows == op.post->d && op.post->n_hc <= kMaxHcStreams;
 }
 
 // One matvec (nothing for an empty job), and op.post's hc_post in its epilogue or after it.
