@@ -10,6 +10,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/phase_stamps.cuh"
 
 namespace ds4::cuda {
 namespace {
@@ -63,7 +64,8 @@ __global__ void hc_sinkhorn_kernel(const float* mix, const float* scale, const f
 // everything the sublayer's first matvec waits for, without the Sinkhorn iterations. One token,
 // the whole block (1024 threads: the norm's partial sums depend on the block size). `mix` is
 // read past L1: in hc_norm_matvec's last block it holds the other blocks' results.
-__device__ void hc_pre_block(const float* mix, const HcPreArgs& a) {
+// ps: phase stamps in a -DDS4_CUDA_PHASE_STAMPS build (phase_stamps.cuh), else null.
+__device__ void hc_pre_block(const float* mix, const HcPreArgs& a, PhaseStamps* ps = nullptr) {
   const int n = a.n_hc;
   const int64_t d = a.d;
   const float* x = a.x;
@@ -74,6 +76,7 @@ __device__ void hc_pre_block(const float* mix, const HcPreArgs& a) {
     a.pre[t] = s_pre[t] = 1.0f / (1.0f + exp_f(-z)) + a.eps;
   }
   __syncthreads();
+  DS4_PHASE_PTR(ps);
   // sub_in and its norm. Up to kSumRegs values per thread stay in registers, their x and weight
   // loads all issued first (in-order issue would otherwise wait a round trip per load).
   constexpr int kSumRegs = 4;
@@ -112,8 +115,10 @@ __device__ void hc_pre_block(const float* mix, const HcPreArgs& a) {
       acc += static_cast<double>(o[k]) * o[k];
     }
   }
+  DS4_PHASE_PTR(ps);
   if (!a.norm_w) return;  // uniform: the whole block returns
   const float sc = block_rms_from_partial(acc, d, a.norm_eps);
+  DS4_PHASE_PTR(ps);
   float hv[kSumRegs];
 #pragma unroll
   for (int k = 0; k < kSumRegs; ++k) {
@@ -121,10 +126,13 @@ __device__ void hc_pre_block(const float* mix, const HcPreArgs& a) {
     hv[k] = o[k] * sc * wv[k];
     if (i < d) a.h[i] = hv[k];
   }
+  DS4_PHASE_PTR(ps);
   if (a.h_q8_0) block_quantize_q8_0_regs(hv, d, a.h_q8_0);  // set only for d % 32 == 0
+  DS4_PHASE_PTR(ps);
   if (!a.h_q8_k) return;  // uniform
   __syncthreads();
   block_quantize_row(a.h, d, nullptr, a.h_q8_k);
+  DS4_PHASE_PTR(ps);
 }
 
 // hc_pre_block for token blockIdx.x of a batch.
@@ -178,21 +186,26 @@ __global__ void __launch_bounds__(1024) hc_norm_matvec_kernel(const uint8_t* w, 
   float* v = reinterpret_cast<float*>(hc_smem);  // x, then the products w[i] * (x[i] * s)
   uint8_t* wrow = hc_smem + cols * 4;
   const uint8_t* src = w + blockIdx.x * row_bytes;
+  DS4_PHASE_BEGIN(ps);
   // The weight row is constant: in flight while the launch before may still run (PDL).
   for (int64_t i = threadIdx.x; i < static_cast<int64_t>(row_bytes / 16); i += blockDim.x)
     cp_async16(wrow + 16 * i, src + 16 * i);
   pdl_wait();
+  DS4_PHASE(ps);
   pdl_trigger();
   for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) cp_async16(v + 4 * i, x + 4 * i);
   cp_async_wait();
   __syncthreads();
+  DS4_PHASE(ps);
   double acc = 0;
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) acc += static_cast<double>(v[i]) * v[i];
   const float sc = block_rms_from_partial(acc, cols, eps);  // synchronises the block
+  DS4_PHASE(ps);
   // The products do not depend on the summation order, so every thread forms its share; only
   // the 16 lane chains below are sequential.
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) v[i] = load_float_w<kType>(wrow, i) * (v[i] * sc);
   __syncthreads();
+  DS4_PHASE(ps);
   // Chain c (threads 0..63, warps 0-1) in steps of 8 products, the next step's loads issued
   // before this step's adds so the sequential adds do not wait a shared-memory round trip each.
   const int c = threadIdx.x;
@@ -216,9 +229,14 @@ __global__ void __launch_bounds__(1024) hc_norm_matvec_kernel(const uint8_t* w, 
     }
     for (; i < cols; i += kHcChains) a = a + v[i];
   }
+  DS4_PHASE(ps);
   const float out = hc_chain_tree(a);
+  DS4_PHASE(ps);
   if (threadIdx.x == 0) y[blockIdx.x] = out;
-  if (tail.ticket && last_block_done(tail.ticket, gridDim.x)) hc_pre_block(y, tail);  // uniform
+  const bool last = tail.ticket && last_block_done(tail.ticket, gridDim.x);
+  DS4_PHASE(ps);
+  if (last) hc_pre_block(y, tail, DS4_PHASE_ADDR(ps));  // uniform
+  DS4_PHASE_PRINT(ps, last ? "hc_tail" : "hc", blockIdx.x == 0 || last);
 }
 
 // The batched form of hc_norm_matvec_kernel, in two launches. hc_row_scale_kernel: one

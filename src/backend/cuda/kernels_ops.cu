@@ -15,6 +15,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/phase_stamps.cuh"
 #include "backend/cuda/step_profile.h"
 #include "common/error.h"
 
@@ -193,7 +194,9 @@ __device__ void router_select_warps(const uint64_t* key, int n, int k, uint64_t*
 __global__ void router_kernel(const float* logits, int n, const float* bias, const int32_t* tid2eid,
                               const int32_t* tokens, const int64_t* pos, int k, float scale, float* p_out,
                               int32_t* sel, float* weights, int32_t* order, bool warp_select) {
+  DS4_PHASE_BEGIN(ps);
   pdl_wait();
+  DS4_PHASE(ps);
   pdl_trigger();
   logits += blockIdx.x * static_cast<int64_t>(n);  // token blockIdx.x of a batch
   p_out += blockIdx.x * static_cast<int64_t>(n);
@@ -215,6 +218,7 @@ __global__ void router_kernel(const float* logits, int n, const float* bias, con
     key[e] = router_key(bias ? pe + bias[e] : pe, e);
   }
   __syncthreads();
+  DS4_PHASE(ps);
   if (!tid2eid && warp_select) {
     __shared__ uint64_t cand[kRouterCand];
     router_select_warps(key, n, k, cand, sel_s);
@@ -232,6 +236,7 @@ __global__ void router_kernel(const float* logits, int n, const float* bias, con
     }
   }
   if (!tid2eid) __syncthreads();  // uniform: sel_s complete
+  DS4_PHASE(ps);
   if (threadIdx.x != 0) return;
   float sum = 0.0f;
   for (int i = 0; i < k; ++i) sum += p[sel_s[i]];
@@ -250,6 +255,8 @@ __global__ void router_kernel(const float* logits, int n, const float* bias, con
       ord[j - 1] = t;
     }
   for (int i = 0; i < k; ++i) order[i] = ord[i];
+  DS4_PHASE(ps);
+  DS4_PHASE_PRINT(ps, warp_select ? "router_warp" : (tid2eid ? "router_hash" : "router_scan"), blockIdx.x == 0);
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, int groups, int64_t n,
