@@ -856,7 +856,7 @@ TEST_F(CudaKernels, QuantizeRowsMatchesCpu) {
 
 // Router selection (spec §3.5) with many exact ties and a NaN logit, with and without bias, against
 // router_probs + router_select_top_k + router_weights.
-// Both selections: the rank scan (default) and the warp maxima (DS4_CUDA_ROUTER_WARP=1, read at
+// Both selections: the warp maxima (default) and the rank scan (DS4_CUDA_ROUTER_WARP=0, read at
 // every launch; n 384 takes the scan either way).
 TEST_F(CudaKernels, RouterSelectionMatchesCpuWithTies) {
   std::mt19937 rng(3);

@@ -344,11 +344,11 @@ void router(const float* logits, int n_expert, const float* bias, const int32_t*
             int32_t* sel, float* weights, int32_t* order, int n_tok) {
   const size_t smem = n_expert * (sizeof(uint64_t) + sizeof(float)) + 2 * n_used * sizeof(int32_t);
   allow_dynamic_smem(reinterpret_cast<const void*>(router_kernel), smem);  // > 48 KiB past ~4000 experts
-  // DS4_CUDA_ROUTER_WARP=1: the selection by warp maxima where it fits one key per thread (every
-  // other shape takes the rank scan). Off by default until its test has run on a GPU (session
-  // 37: decode +0.5 % / +0.9 % in two incomplete rounds, the test logs lost); read at every
-  // launch, so the kernel test runs both forms.
-  const bool warp_on = env_is_on("DS4_CUDA_ROUTER_WARP");
+  // The selection by warp maxima where it fits one key per thread (every other shape takes the
+  // rank scan); DS4_CUDA_ROUTER_WARP=0: the rank scan everywhere (session 38, H100: decode
+  // +0.1 % / +0.6 % at 2K / 8K with warp maxima). Read at every launch, so the kernel test runs
+  // both forms.
+  const bool warp_on = !env_is_zero("DS4_CUDA_ROUTER_WARP");
   const bool warp_select = warp_on && n_expert <= kThreads && n_used * (kThreads / 32) <= kRouterCand;
   launch_k(router_kernel, static_cast<unsigned>(n_tok), kThreads, smem,
       logits, n_expert, bias, tid2eid, tokens, pos, n_used, scale, probs, sel, weights, order, warp_select);
