@@ -31,10 +31,6 @@ void hc_from_embedding(std::span<const float> e, size_t n_hc, std::span<float> x
   for (size_t r = 0; r < n_hc; ++r) std::copy(e.begin(), e.end(), x_state.begin() + r * e.size());
 }
 
-void hc_norm_state(std::span<const float> x_state, std::span<float> out, float eps) {
-  rms_norm_unweighted(x_state, out, eps);
-}
-
 void hc_projection(GgmlType type, const uint8_t* w, size_t row_bytes, size_t rows, std::span<const float> flat,
                    std::span<float> mix) {
   const size_t cols = flat.size();
@@ -66,6 +62,13 @@ void hc_projection(GgmlType type, const uint8_t* w, size_t row_bytes, size_t row
       for (size_t l = 0; l < s; ++l) acc[l] = acc[l] + acc[l + s];
     mix[r] = acc[0];
   }
+}
+
+void hc_norm_projection(GgmlType type, const uint8_t* w, size_t row_bytes, size_t rows,
+                        std::span<const float> x_state, float eps, std::span<float> mix) {
+  const float s = rms_scale(x_state, eps);
+  hc_projection(type, w, row_bytes, rows, x_state, mix);
+  for (float& m : mix) m = m * s;
 }
 
 void hc_split_sinkhorn(std::span<const float> mix, std::span<const float> scale,

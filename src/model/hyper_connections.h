@@ -2,8 +2,7 @@
 //
 // The residual state X holds n_hc streams of width D, stream-major: stream r occupies
 // X[r*D, (r+1)*D). Around every sublayer the backend does
-//   flat  = hc_norm_state(X)                          (§3.3 step 1)
-//   mix   = W_fn * flat                               (backend matvec, 2n + n^2 values)
+//   mix   = hc_norm_projection(W_fn, X)               (§3.3 steps 1-2: W_fn * RMSNorm(X), 2n + n^2 values)
 //   split = hc_split_sinkhorn(mix, scale, base, ...)  (§3.3 steps 3-4)
 //   x     = hc_weighted_sum(X, split.pre)             (§3.3 step 5)
 //   y     = sublayer(RMSNorm(x; norm))
@@ -37,11 +36,6 @@ constexpr size_t hc_mix_count(size_t n_hc) { return 2 * n_hc + n_hc * n_hc; }
 /// (spec §3.2). Throws ds4::Error on size mismatch or n_hc outside [1, kMaxHc].
 void hc_from_embedding(std::span<const float> e, size_t n_hc, std::span<float> x_state);
 
-/// Weightless RMSNorm over the whole flattened state (all n_hc*D values, eps 1e-6; spec §3.3
-/// step 1 and §3.6), the input of the W_fn control projection. out may alias x_state.
-/// Throws ds4::Error on size mismatch or empty input.
-void hc_norm_state(std::span<const float> x_state, std::span<float> out, float eps = kRmsEps);
-
 /// Chains of the HC projection's sums (hc_projection): element i of a row goes to chain i mod 64.
 inline constexpr size_t kHcProjChains = 64;
 
@@ -55,6 +49,16 @@ inline constexpr size_t kHcProjChains = 64;
 /// Throws ds4::Error for another weight type, a row shorter than flat, or mix.size() != rows.
 void hc_projection(GgmlType type, const uint8_t* w, size_t row_bytes, size_t rows, std::span<const float> flat,
                    std::span<float> mix);
+
+/// The HC control mixes of a state (spec §3.3 steps 1-2, §3.6): mix[r] = hc_projection(W_fn,
+/// x_state)[r] * s, with s = rms_scale(x_state, eps) the weightless RMSNorm's factor over all
+/// n_hc*D values. The spec writes W_fn * RMSNorm(x); the scale is applied after the projection
+/// instead of before, as in DeepSeek's reference (`F.linear(x, hc_fn) * rsqrt`): the same value
+/// up to f32 rounding, and the GPU can then sum the squares beside the projection instead of
+/// before it. w, row_bytes, rows: as hc_projection; mix: rows values.
+/// Throws ds4::Error as hc_projection, or on an empty state.
+void hc_norm_projection(GgmlType type, const uint8_t* w, size_t row_bytes, size_t rows,
+                        std::span<const float> x_state, float eps, std::span<float> mix);
 
 /// Splits the projected mixes into pre/post weights and the Sinkhorn-normalised combine
 /// matrix (spec §3.3 steps 3-4), in f32 with the reference's operation order:
@@ -85,7 +89,7 @@ void hc_post(std::span<const float> y, std::span<const float> x_state,
 
 /// Output-head stream weights (spec §3.6): w[i] = sigmoid(logit[i]*scale[0] + base[i]) + eps
 /// with the numerically stable sigmoid of the reference's head (exp of a non-positive
-/// argument only). logits (= W_out_hc_fn * hc_norm_state(X)), base, w: n values; scale: >= 1.
+/// argument only). logits (= hc_norm_projection(W_out_hc_fn, X)), base, w: n values; scale: >= 1.
 /// Throws ds4::Error on size mismatch or n outside [1, kMaxHc].
 void hc_output_weights(std::span<const float> logits, std::span<const float> scale,
                        std::span<const float> base, std::span<float> w, float eps = kHcEps);

@@ -179,17 +179,34 @@ TEST(HyperConnections, PostWithIdentityCombineAndZeroPostKeepsState) {
 
 TEST(HyperConnections, EmbeddingReplicationAndStateNorm) {
   const auto e = random_vector(64, 60);
-  std::vector<float> x(4 * 64), flat(4 * 64);
+  std::vector<float> x(4 * 64);
   hc_from_embedding(e, 4, x);
   for (size_t r = 0; r < 4; ++r) {
     for (size_t i = 0; i < 64; ++i) EXPECT_EQ(x[r * 64 + i], e[i]);
   }
-  // The state norm runs over all n*D values: identical streams normalise like one stream.
-  hc_norm_state(x, flat);
+  // The control mixes W_fn * RMSNorm(X): the state norm runs over all n*D values (identical
+  // streams normalise like one stream), against a float64 evaluation of the spec's formula;
+  // bit for bit, the projection of the raw state times rms_scale(X).
+  const size_t rows = 3, cols = x.size();
+  const std::vector<float> w = random_vector(rows * cols, 61, -0.1f, 0.1f);
+  std::vector<float> mix(rows), raw(rows);
+  const uint8_t* wb = reinterpret_cast<const uint8_t*>(w.data());
+  hc_norm_projection(GgmlType::F32, wb, cols * 4, rows, x, kRmsEps, mix);
   double ss = 0;
   for (float v : e) ss += double(v) * v;
   const double s = 1.0 / std::sqrt(ss / 64 + 1e-6);
-  for (size_t i = 0; i < flat.size(); ++i) EXPECT_NEAR(flat[i], e[i % 64] * s, 1e-6);
+  hc_projection(GgmlType::F32, wb, cols * 4, rows, x, raw);
+  for (size_t r = 0; r < rows; ++r) {
+    double ref = 0, mag = 0;
+    for (size_t i = 0; i < cols; ++i) {
+      ref += double(w[r * cols + i]) * (x[i] * s);
+      mag += std::fabs(double(w[r * cols + i]) * (x[i] * s));
+    }
+    EXPECT_NEAR(mix[r], ref, 1e-6 * mag) << r;
+    EXPECT_EQ(mix[r], raw[r] * rms_scale(x, kRmsEps)) << r;
+  }
+  std::vector<float> none;
+  EXPECT_THROW(hc_norm_projection(GgmlType::F32, wb, 0, 0, none, kRmsEps, {}), Error);
 }
 
 TEST(HyperConnections, OutputHeadWeights) {

@@ -45,7 +45,6 @@ void Forward::resize(int64_t n) {
   const size_t hc = c_.hc_dim(), D = c_.n_embd, nh = c_.n_hc;
   grow(x_, N * hc);
   grow(x_next_, N * hc);
-  grow(flat_, N * hc);
   grow(mix_, N * c_.hc_mix());
   grow(pre_, N * nh);
   grow(post_, N * nh);
@@ -122,10 +121,9 @@ uint64_t Forward::decode_weight_bytes() const {
 void Forward::hc_pre(const Matrix& fn, std::span<const float> scale, std::span<const float> base,
                      int64_t n) {
   const size_t hc = c_.hc_dim(), nh = c_.n_hc, mix = c_.hc_mix(), D = c_.n_embd;
-  for (int64_t t = 0; t < n; ++t)
-    model::hc_norm_state({&x_[t * hc], hc}, {&flat_[t * hc], hc}, c_.rms_eps);
   for (int64_t t = 0; t < n; ++t)  // the HC projection's own summation order (model::hc_projection)
-    model::hc_projection(fn.type, fn.data, fn.row_bytes, mix, {&flat_[t * hc], hc}, {&mix_[t * mix], mix});
+    model::hc_norm_projection(fn.type, fn.data, fn.row_bytes, mix, {&x_[t * hc], hc}, c_.rms_eps,
+                              {&mix_[t * mix], mix});
   for (int64_t t = 0; t < n; ++t) {
     model::hc_split_sinkhorn({&mix_[t * mix], mix}, scale, base, static_cast<int>(c_.hc_sinkhorn_iter),
                              c_.hc_eps, {&pre_[t * nh], nh}, {&post_[t * nh], nh},
@@ -428,9 +426,8 @@ void Forward::output_head(int64_t t, float* logits) {
   grow(head_pre_, nh);
   grow(head_w_, nh);
   grow(head_z_, D);
-  model::hc_norm_state({&x_[t * hc], hc}, {flat_.data(), hc}, c_.rms_eps);
-  model::hc_projection(w_.output_hc_fn.type, w_.output_hc_fn.data, w_.output_hc_fn.row_bytes, nh, {flat_.data(), hc},
-                       {head_pre_.data(), nh});
+  model::hc_norm_projection(w_.output_hc_fn.type, w_.output_hc_fn.data, w_.output_hc_fn.row_bytes, nh,
+                            {&x_[t * hc], hc}, c_.rms_eps, {head_pre_.data(), nh});
   model::hc_output_weights({head_pre_.data(), nh}, w_.output_hc_scale, w_.output_hc_base,
                            {head_w_.data(), nh}, c_.hc_eps);
   model::hc_weighted_sum({&x_[t * hc], hc}, {head_w_.data(), nh}, {head_z_.data(), D});

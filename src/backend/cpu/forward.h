@@ -92,7 +92,6 @@ class Forward {
   // Batch buffers, row-major per token.
   std::vector<float> x_;        // n x hc_dim: hyper-connection state X
   std::vector<float> x_next_;   // n x hc_dim
-  std::vector<float> flat_;     // n x hc_dim: RMS-normed X
   std::vector<float> mix_;      // n x hc_mix
   std::vector<float> pre_, post_, comb_;  // n x n_hc, n x n_hc, n x n_hc^2
   std::vector<float> sub_in_;   // n x n_embd: HC-pre output

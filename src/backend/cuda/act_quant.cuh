@@ -119,10 +119,26 @@ __device__ void quantize_q8_k_block(const float (&v)[8], int lane, BQ8_K* y, Val
 template <int N>
 __device__ void block_quantize_q8_0_regs(const float (&v)[N], int64_t dim, uint8_t* q8_0) {
   const int lane = threadIdx.x & 31;
+  // quantize_q8_0_block for the N blocks at once, without its early return, so that their
+  // shuffles and divisions overlap instead of running one block after the other.
+  float amax[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) amax[k] = fmaxf(0.0f, fabsf(v[k]));  // NaN -> 0, as quantize_q8_0_block
+#pragma unroll
+  for (int off = 16; off >= 1; off >>= 1) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) amax[k] = fmaxf(amax[k], __shfl_xor_sync(kQuantFull, amax[k], off));
+  }
 #pragma unroll
   for (int k = 0; k < N; ++k) {
     const int64_t i0 = k * static_cast<int64_t>(blockDim.x) + (threadIdx.x - lane);  // warp-uniform
-    if (i0 < dim) quantize_q8_0_block(v[k], lane, reinterpret_cast<BQ8_0Act*>(q8_0) + i0 / 32);
+    if (i0 >= dim) continue;
+    const float d = amax[k] / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const bool zero = isinf(id);
+    BQ8_0Act* out = reinterpret_cast<BQ8_0Act*>(q8_0) + i0 / 32;
+    if (lane == 0) out->d = zero ? 0.0f : d;
+    out->qs[lane] = zero ? 0 : round_clamp_i8(v[k] * id);
   }
 }
 

@@ -214,7 +214,6 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (c.n_embd % 32 == 0) h_q8_0_ = DeviceArray<uint8_t>(c.n_embd / 32 * 36);
   if (c.n_embd % 256 == 0) h_q8_k_ = DeviceArray<uint8_t>(c.n_embd / 256 * 292);
   tokens_ = DeviceArray<int32_t>(static_cast<size_t>(ctx));
-  hc_ticket_ = DeviceArray<unsigned>(1);  // zeroed; hc_pre's fused launches leave it at 0
   reset();
   // Streams and events last, released here if one cannot be made (the destructor will not run).
   // Priorities (DS4_CUDA_STREAM_PRIORITY): the side streams' blocks are dispatched before the
@@ -441,7 +440,7 @@ void CudaForward::hc_norm_mv(const DevMatrix& fn, const float* x, float* out) {
 void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale, const DeviceArray<float>& base,
                          const DeviceArray<float>& norm, std::initializer_list<const DevMatrix*> readers) {
   const int nh = static_cast<int>(c_.n_hc);
-  // Only the formats the sublayer reads: the quantization runs in the projection's last block,
+  // Only the formats the sublayer reads: the quantization runs in the projection's pre block,
   // on the path to the sublayer's first matvec (in flash no attention matrix reads Q8_K).
   auto read = [&](ActFormat f) {
     for (const DevMatrix* m : readers)
@@ -450,11 +449,10 @@ void CudaForward::hc_pre(const DevMatrix& fn, const DeviceArray<float>& scale, c
   };
   h_has_q8_0_ = h_q8_0_.get() && read(ActFormat::Q8_0);
   h_has_q8_k_ = h_q8_k_.get() && read(ActFormat::Q8_K);
-  HcPreArgs pre = hc_pre_args(scale.get(), base.get(), nh, c_.hc_eps, x_.get(), static_cast<int64_t>(c_.n_embd),
-                              pre_.get(), sub_in_.get(), norm.get(), c_.rms_eps, h_.get(),
-                              h_has_q8_0_ ? h_q8_0_.get() : nullptr, h_has_q8_k_ ? h_q8_k_.get() : nullptr);
-  pre.ticket = hc_ticket_.get();
-  // The pre weights, the sublayer's input and its norm in the projection's last block, or
+  const HcPreArgs pre = hc_pre_args(scale.get(), base.get(), nh, c_.hc_eps, x_.get(), static_cast<int64_t>(c_.n_embd),
+                                    pre_.get(), sub_in_.get(), norm.get(), c_.rms_eps, h_.get(),
+                                    h_has_q8_0_ ? h_q8_0_.get() : nullptr, h_has_q8_k_ ? h_q8_k_.get() : nullptr);
+  // The pre weights, the sublayer's input and its norm in the projection's pre block, or
   // (matrices hc_norm_matvec does not take, DS4_CUDA_HC_FUSED=0) in a launch of their own.
   bool fused = false;
   {

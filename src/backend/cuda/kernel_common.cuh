@@ -32,25 +32,6 @@ unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1)
 // never a side stream's output of this step), e.g. the decode attention's older KV rows.
 // (pdl_wait and pdl_trigger: backend/cuda/pdl.cuh.)
 
-// Last-block election for a launch's tail work (the classic threadfence reduction): each of the
-// n blocks counting on *ticket calls this once, after writing its results; it returns true in
-// every thread of the block that counted last, which then sees all the others' results (read
-// them past L1: __ldcg) and has reset *ticket to 0 for the next launch. *ticket starts at 0 and
-// no other launch may use it while this one runs (stream order keeps launches apart: every
-// kernel's pdl_wait comes before its ticket).
-__device__ bool last_block_done(unsigned* ticket, unsigned n) {
-  __shared__ bool last;
-  __syncthreads();  // the block's results are written
-  if (threadIdx.x == 0) {
-    __threadfence();  // ... and visible before the ticket counts them
-    last = atomicAdd(ticket, 1u) == n - 1;
-    if (last) *ticket = 0;  // every other block has counted
-  }
-  __syncthreads();
-  if (last) __threadfence();
-  return last;
-}
-
 // Launches `kernel` on the launch stream, with programmatic stream serialization when
 // pdl_enabled() and no PdlOffGuard holds it off. Launch errors surface at the next check of
 // cudaGetLastError (as <<<>>>).

@@ -193,9 +193,8 @@ void group_by_expert(const int32_t* sel, int n, int n_expert, int32_t* cnt, int3
 void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int n_rows, float eps,
               uint8_t* q8_0 = nullptr);
 
-/// hc_pre_weights' arguments (hc_pre_args), also what hc_norm_matvec takes to run it in its last
-/// block. `ticket` (set by the caller, for hc_norm_matvec only) is a device counter that starts
-/// at 0 and that no other launch uses while this one runs; the launch leaves it at 0.
+/// hc_pre_weights' arguments (hc_pre_args), also what hc_norm_matvec takes to run it in the block
+/// that forms the pre mixes.
 struct HcPreArgs {
   const float* scale = nullptr;
   const float* base = nullptr;
@@ -210,7 +209,6 @@ struct HcPreArgs {
   float* h = nullptr;
   uint8_t* h_q8_0 = nullptr;
   uint8_t* h_q8_k = nullptr;
-  unsigned* ticket = nullptr;
 };
 /// The arguments of hc_pre_weights: scale, base, eps and n_hc (<= 5) of the HC split, the
 /// streams x [n_hc*d], the outputs pre [n_hc], sub_in [d] and (norm_w non-null) h [d] with its
@@ -224,7 +222,7 @@ HcPreArgs hc_pre_args(const float* scale, const float* base, int n_hc, float eps
 /// h [d] = rms_norm(sub_in, norm_w, norm_eps) (the sublayer's input norm), also quantized into
 /// h_q8_0 (Q8_0 activation row) and h_q8_k (Q8_K row) when those are set, so the sublayer's
 /// matvecs need no quantization launch. With n_tok > 1, token t's arrays start t rows further
-/// (mix, x, pre, sub_in, h and the quantized rows). a.ticket is not used.
+/// (mix, x, pre, sub_in, h and the quantized rows).
 void hc_pre_weights(const float* mix, const HcPreArgs& a, int n_tok = 1);
 
 /// The rest of model::hc_split_sinkhorn: post [n_hc] and the Sinkhorn-normalised comb
@@ -232,13 +230,14 @@ void hc_pre_weights(const float* mix, const HcPreArgs& a, int n_tok = 1);
 void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc, int iters, float eps,
                  float* post, float* comb, int n_tok = 1);
 
-/// mix [rows] = W · rms_norm_unweighted(x [cols], eps) for an F32/F16/BF16 matrix (type, data
-/// w, row_bytes per row; model::hc_norm_state then model::hc_projection, bit for bit: its 64
-/// chains and tree), one launch. Returns false (nothing launched) for other types, unaligned
-/// pointers, cols not a multiple of 16 or rows too long for shared memory; the caller then uses
-/// hc_norm_matvec_batch (a generic matvec sums in another order). With `pre` (its
-/// ticket set), the launch's last block also runs hc_pre_weights on y (mix) with those arguments,
-/// the same values as a separate hc_pre_weights launch (one launch less per sublayer).
+/// mix [rows] = (W · x [cols]) * rms_scale(x, eps) for an F32/F16/BF16 matrix (type, data w,
+/// row_bytes per row; model::hc_norm_projection, bit for bit: hc_projection's 64 chains and
+/// tree), one launch. Returns false (nothing launched) for other types, unaligned pointers, cols
+/// not a multiple of 16 or rows too long for shared memory (x and one row, or with `pre` x and
+/// pre->n_hc rows); the caller then uses hc_norm_matvec_batch (a generic matvec sums in another
+/// order), or this without `pre` and hc_pre_weights. With `pre`, the block that forms the first
+/// n_hc rows (the pre mixes) also runs hc_pre_weights with those arguments, the same values as a
+/// separate hc_pre_weights launch on y (one launch less per sublayer).
 bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                     const float* x, float eps, float* y, const HcPreArgs* pre = nullptr);
 

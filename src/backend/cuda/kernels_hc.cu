@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/async_copy.cuh"
 #include "backend/cuda/act_quant.cuh"
@@ -59,24 +60,26 @@ __global__ void hc_sinkhorn_kernel(const float* mix, const float* scale, const f
   if (on) comb[t] = m;
 }
 
-// The HC split's pre weights (threads t < n), then sub_in = sum_r pre[r] * x[r] and, with
-// norm_w, h = rms_norm(sub_in) * norm_w (the sublayer's attn_norm / ffn_norm, model::rms_norm):
-// everything the sublayer's first matvec waits for, without the Sinkhorn iterations. One token,
-// the whole block (1024 threads: the norm's partial sums depend on the block size). `mix` is
-// read past L1: in hc_norm_matvec's last block it holds the other blocks' results.
-// ps: phase stamps in a -DDS4_CUDA_PHASE_STAMPS build (phase_stamps.cuh), else null.
-__device__ void hc_pre_block(const float* mix, const HcPreArgs& a, PhaseStamps* ps = nullptr) {
+// The HC split's pre weight of a stream from its mix value m, scale[0] and its base
+// (model::hc_split_sinkhorn's pre part).
+__device__ __forceinline__ float hc_pre_weight(float m, float scale0, float base, float eps) {
+  return 1.0f / (1.0f + exp_f(-(m * scale0 + base))) + eps;
+}
+
+// With the pre weights in s_pre (shared, n_hc values): sub_in = sum_r pre[r] * x[r] and, with
+// norm_w, h = rms_norm(sub_in) * norm_w (the sublayer's attn_norm / ffn_norm, model::rms_norm)
+// and its quantized rows: everything the sublayer's first matvec waits for, without the Sinkhorn
+// iterations. One token, the whole block (1024 threads: the norm's partial sums depend on the
+// block size). a.x and a.norm_w may point to shared memory (hc_norm_matvec's staged copies).
+// h_stage: null, or d floats of shared memory the Q8_K rows are quantized from (the block's
+// copy of h instead of a read-back of a.h); it may be a.x's copy (each thread has read its x
+// values before it writes there). ps: phase stamps in a -DDS4_CUDA_PHASE_STAMPS build
+// (phase_stamps.cuh), else null.
+__device__ void hc_pre_sum_norm(const float* s_pre, const HcPreArgs& a, float* h_stage = nullptr,
+                                PhaseStamps* ps = nullptr) {
   const int n = a.n_hc;
   const int64_t d = a.d;
   const float* x = a.x;
-  __shared__ float s_pre[kMaxHcStreams];
-  const int t = threadIdx.x;
-  if (t < n) {
-    const float z = __ldcg(mix + t) * a.scale[0] + a.base[t];
-    a.pre[t] = s_pre[t] = 1.0f / (1.0f + exp_f(-z)) + a.eps;
-  }
-  __syncthreads();
-  DS4_PHASE_PTR(ps);
   // sub_in and its norm. Up to kSumRegs values per thread stay in registers, their x and weight
   // loads all issued first (in-order issue would otherwise wait a round trip per load).
   constexpr int kSumRegs = 4;
@@ -130,9 +133,25 @@ __device__ void hc_pre_block(const float* mix, const HcPreArgs& a, PhaseStamps* 
   if (a.h_q8_0) block_quantize_q8_0_regs(hv, d, a.h_q8_0);  // set only for d % 32 == 0
   DS4_PHASE_PTR(ps);
   if (!a.h_q8_k) return;  // uniform
+  if (h_stage) {
+#pragma unroll
+    for (int k = 0; k < kSumRegs; ++k) {
+      const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+      if (i < d) h_stage[i] = hv[k];
+    }
+  }
   __syncthreads();
-  block_quantize_row(a.h, d, nullptr, a.h_q8_k);
+  block_quantize_row(h_stage ? h_stage : a.h, d, nullptr, a.h_q8_k);
   DS4_PHASE_PTR(ps);
+}
+
+// The pre weights (threads t < n) from mix in global memory (read past L1), then hc_pre_sum_norm.
+__device__ void hc_pre_block(const float* mix, const HcPreArgs& a) {
+  __shared__ float s_pre[kMaxHcStreams];
+  const int t = threadIdx.x;
+  if (t < a.n_hc) a.pre[t] = s_pre[t] = hc_pre_weight(__ldcg(mix + t), a.scale[0], a.base[t], a.eps);
+  __syncthreads();
+  hc_pre_sum_norm(s_pre, a);
 }
 
 // hc_pre_block for token blockIdx.x of a batch.
@@ -150,98 +169,178 @@ __global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, HcPreArg
   hc_pre_block(mix, a);
 }
 
-// HC projection with its input norm (rms_norm_unweighted then model::hc_projection), one block
-// per output row: the block stages x and the row in shared memory (cp.async), takes the f64 sum
-// of squares, forms every product w[i] * (x[i] * s), then threads 0..63 add them in
-// hc_projection's 64 chains (element i into chain i mod 64) and its halving tree. 24-row HC
-// matrices thereby cost one launch and ~2 shared-memory passes instead of a norm launch and a
-// 3-block matvec. With
-// tail.ticket set, the last block to finish (last_block_done) runs hc_pre_block on y, so the
-// HC pre weights need no launch of their own.
-template <uint32_t kType>  // ggml type: F32 (0), F16 (1), BF16 (30)
+// A weight of ggml type kType (F32 (0), F16 (1), BF16 (30)) as stored (RawW) and as f32; the
+// chain loop keeps raw values in flight and converts them when it adds them, so that no
+// conversion waits on a load that was just issued.
+template <uint32_t kType>
+using RawW = std::conditional_t<kType == 0, float, uint16_t>;
+template <uint32_t kType>
+__device__ __forceinline__ RawW<kType> load_raw_w(const uint8_t* w, int64_t i) {
+  return reinterpret_cast<const RawW<kType>*>(w)[i];
+}
+template <uint32_t kType>
+__device__ __forceinline__ float raw_to_float(RawW<kType> r) {
+  if constexpr (kType == 0) return r;
+  else if constexpr (kType == 1) return __half2float(__ushort_as_half(r));
+  else return __uint_as_float(static_cast<uint32_t>(r) << 16);  // BF16
+}
+template <uint32_t kType>
 __device__ float load_float_w(const uint8_t* w, int64_t i) {
-  if constexpr (kType == 0) return reinterpret_cast<const float*>(w)[i];
-  else if constexpr (kType == 1) return __half2float(__ushort_as_half(reinterpret_cast<const uint16_t*>(w)[i]));
-  else return __uint_as_float(static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(w)[i]) << 16);  // BF16
+  return raw_to_float<kType>(load_raw_w<kType>(w, i));
 }
 
-// model::hc_projection's halving tree over the 64 chains held by threads 0..63 of the block
-// (chain c in thread c; the whole block calls it): s = 32 through shared memory, then s = 16 .. 1
-// by shuffles in warp 0. The row's value, valid in thread 0.
-__device__ float hc_chain_tree(float a) {
-  __shared__ float hi[32];
-  if (threadIdx.x >= 32 && threadIdx.x < kHcChains) hi[threadIdx.x - 32] = a;
+// The HC state norm's scale (model::rms_scale of x [cols]) by kHcNormThreads threads (those with
+// threadIdx.x % kHcNormThreads == j, a whole named barrier group): thread j adds the f64 squares
+// of elements j, j + kHcNormThreads, ..., the warps' partials meet by shuffles, then thread j == 0
+// adds the warps' sums in order. The one partition of the sum for every HC launch (decode and
+// batched), so that both give the same scale. The scale, valid in thread j == 0.
+constexpr int kHcNormThreads = 512;
+__device__ float hc_norm_group_scale(const float* x, int64_t cols, float eps) {
+  __shared__ double part[kHcNormThreads / 32];
+  const int j = static_cast<int>(threadIdx.x) % kHcNormThreads;
+  double acc = 0;
+  for (int64_t i = j; i < cols; i += kHcNormThreads) acc += static_cast<double>(x[i]) * x[i];
+  for (int off = 16; off >= 1; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if ((j & 31) == 0) part[j / 32] = acc;
+  asm volatile("bar.sync 1, %0;" ::"n"(kHcNormThreads) : "memory");
+  if (j != 0) return 0.0f;
+  double sum = 0;
+  for (int k = 0; k < kHcNormThreads / 32; ++k) sum += part[k];
+  return 1.0f / sqrtf(static_cast<float>(sum / static_cast<double>(cols)) + eps);
+}
+
+// Chain c of one row (model::hc_projection: the f32 products w[i] * x[i] of i = c, c + 64, ...
+// added in order) from the row wr and x in shared memory, in steps of 8 products. Two register
+// sets take turns: a step's loads (raw weights, converted when added) are issued before the
+// previous step's products and adds, and nothing waits on them until their own turn (no copy
+// from one set to the other, and no condition on the loads: the step past the last reloads it).
+template <uint32_t kType>
+__device__ float hc_chain_sum(const uint8_t* wr, const float* xs, int64_t cols, int c) {
+  constexpr int kU = 8, kStep = kU * kHcChains;
+  const int64_t steps = cols / kStep;
+  float a = 0.0f;
+  RawW<kType> wa[kU], wb[kU];
+  float xa[kU], xb[kU];
+  auto load = [&](int64_t s, RawW<kType>(&wv)[kU], float(&xv)[kU]) {
+    const int64_t i = c + (s < steps ? s : steps - 1) * kStep;
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      wv[u] = load_raw_w<kType>(wr, i + kHcChains * u);
+      xv[u] = xs[i + kHcChains * u];
+    }
+  };
+  auto add = [&](const RawW<kType>(&wv)[kU], const float(&xv)[kU]) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) a = a + raw_to_float<kType>(wv[u]) * xv[u];
+  };
+  if (steps > 0) {
+    load(0, wa, xa);
+    int64_t s = 0;
+    for (; s + 1 < steps; s += 2) {
+      load(s + 1, wb, xb);
+      add(wa, xa);
+      load(s + 2, wa, xa);
+      add(wb, xb);
+    }
+    if (s < steps) add(wa, xa);  // an odd step count: the last step is in wa
+  }
+  for (int64_t i = c + steps * kStep; i < cols; i += kHcChains) a = a + load_float_w<kType>(wr, i) * xs[i];
+  return a;
+}
+
+// model::hc_projection's halving tree for the block's first 2 * nrows warps, row r's 64 chains
+// in warps 2r and 2r + 1 (chain c in lane c % 32 of warp 2r + c / 32; the whole block calls it):
+// s = 32 through shared memory, then s = 16 .. 1 by shuffles in warp 2r. Row r's sum, valid in
+// lane 0 of warp 2r.
+__device__ float hc_chain_trees(float a, int nrows) {
+  __shared__ float hi[kMaxHcStreams][32];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = threadIdx.x & 31;
+  const bool chains = warp < 2 * nrows;
+  if (chains && (warp & 1)) hi[warp / 2][lane] = a;
   __syncthreads();
-  if (threadIdx.x < 32) {
-    a = a + hi[threadIdx.x];
+  if (chains && !(warp & 1)) {
+    a = a + hi[warp / 2][lane];
     for (int off = 16; off >= 1; off >>= 1) a = a + __shfl_down_sync(0xffffffffu, a, off);
   }
   return a;
 }
 
+// HC control mixes y = hc_norm_projection(W, x) (model::hc_norm_projection: model::hc_projection's
+// 64 chains and tree, times the state's rms scale), 1024 threads per block: block 0 takes rows
+// [0, lead), block b > 0 row lead + b - 1. The block stages x and its rows in shared memory
+// (cp.async; the rows, constant, before pdl_wait), then warps 2r and 2r + 1 run row r's chains
+// while the last kHcNormThreads threads take the scale beside them.
+// With lead = tail.n_hc (tail.norm_w or not), block 0's rows are the pre mixes and it goes on
+// to hc_pre_sum_norm with x from shared memory (and norm_w, staged with the rows, after them):
+// the sublayer's input waits for one block and no other (the post and combine rows are read by
+// hc_sinkhorn, after this launch).
 template <uint32_t kType>
 __global__ void __launch_bounds__(1024) hc_norm_matvec_kernel(const uint8_t* w, size_t row_bytes, int64_t cols,
-                                                              const float* x, float eps, float* y, HcPreArgs tail) {
+                                                              const float* x, float eps, float* y, int lead,
+                                                              HcPreArgs tail) {
   extern __shared__ __align__(16) uint8_t hc_smem[];
-  float* v = reinterpret_cast<float*>(hc_smem);  // x, then the products w[i] * (x[i] * s)
-  uint8_t* wrow = hc_smem + cols * 4;
-  const uint8_t* src = w + blockIdx.x * row_bytes;
+  float* xs = reinterpret_cast<float*>(hc_smem);  // x [cols]
+  uint8_t* wrows = hc_smem + cols * 4;             // the block's rows
+  const int nrows = blockIdx.x == 0 ? lead : 1;
+  const int64_t row0 = blockIdx.x == 0 ? 0 : lead + blockIdx.x - 1;
+  const uint8_t* src = w + row0 * row_bytes;
+  const bool pre_block = blockIdx.x == 0 && lead == tail.n_hc;
   DS4_PHASE_BEGIN(ps);
-  // The weight row is constant: in flight while the launch before may still run (PDL).
-  for (int64_t i = threadIdx.x; i < static_cast<int64_t>(row_bytes / 16); i += blockDim.x)
-    cp_async16(wrow + 16 * i, src + 16 * i);
+  for (int64_t i = threadIdx.x; i < static_cast<int64_t>(nrows * row_bytes / 16); i += blockDim.x)
+    cp_async16(wrows + 16 * i, src + 16 * i);
+  // The tail's constants, also before the wait: norm_w after the rows, scale and base in registers.
+  float* norm_s = reinterpret_cast<float*>(wrows + nrows * row_bytes);
+  float pre_scale = 0.0f, pre_base = 0.0f;
+  if (pre_block) {  // uniform
+    if (tail.norm_w) {
+      for (int64_t i = threadIdx.x; i < tail.d / 4; i += blockDim.x) cp_async16(norm_s + 4 * i, tail.norm_w + 4 * i);
+      tail.norm_w = norm_s;
+    }
+    if (threadIdx.x < tail.n_hc) {
+      pre_scale = tail.scale[0];
+      pre_base = tail.base[threadIdx.x];
+    }
+  }
   pdl_wait();
   DS4_PHASE(ps);
   pdl_trigger();
-  for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) cp_async16(v + 4 * i, x + 4 * i);
+  for (int64_t i = threadIdx.x; i < cols / 4; i += blockDim.x) cp_async16(xs + 4 * i, x + 4 * i);
   cp_async_wait();
   __syncthreads();
   DS4_PHASE(ps);
-  double acc = 0;
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) acc += static_cast<double>(v[i]) * v[i];
-  const float sc = block_rms_from_partial(acc, cols, eps);  // synchronises the block
-  DS4_PHASE(ps);
-  // The products do not depend on the summation order, so every thread forms its share; only
-  // the 16 lane chains below are sequential.
-  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) v[i] = load_float_w<kType>(wrow, i) * (v[i] * sc);
-  __syncthreads();
-  DS4_PHASE(ps);
-  // Chain c (threads 0..63, warps 0-1) in steps of 8 products, the next step's loads issued
-  // before this step's adds so the sequential adds do not wait a shared-memory round trip each.
-  const int c = threadIdx.x;
+  __shared__ float s_scale, s_mix[kMaxHcStreams];
+  const int warp = static_cast<int>(threadIdx.x) / 32;
   float a = 0.0f;
-  if (c < kHcChains) {
-    constexpr int kStep = 8 * kHcChains;
-    const int64_t full = cols / kStep * kStep;
-    int64_t i = c;
-    float p[8], pn[8] = {};
-#pragma unroll
-    for (int u = 0; u < 8; ++u) p[u] = full > 0 ? v[i + kHcChains * u] : 0.0f;
-    for (; i < full; i += kStep) {
-      if (i + kStep < full) {
-#pragma unroll
-        for (int u = 0; u < 8; ++u) pn[u] = v[i + kStep + kHcChains * u];
-      }
-#pragma unroll
-      for (int u = 0; u < 8; ++u) a = a + p[u];
-#pragma unroll
-      for (int u = 0; u < 8; ++u) p[u] = pn[u];
-    }
-    for (; i < cols; i += kHcChains) a = a + v[i];
+  if (warp < 2 * nrows) {
+    a = hc_chain_sum<kType>(wrows + (threadIdx.x / kHcChains) * row_bytes, xs, cols, threadIdx.x % kHcChains);
+  } else if (threadIdx.x >= blockDim.x - kHcNormThreads) {
+    const float sc = hc_norm_group_scale(xs, cols, eps);
+    if (threadIdx.x == blockDim.x - kHcNormThreads) s_scale = sc;
   }
   DS4_PHASE(ps);
-  const float out = hc_chain_tree(a);
+  a = hc_chain_trees(a, nrows);  // its barrier also publishes s_scale
+  if ((threadIdx.x & 63) == 0 && warp < 2 * nrows) {
+    const float m = a * s_scale;
+    y[row0 + warp / 2] = m;
+    s_mix[warp / 2] = m;
+  }
   DS4_PHASE(ps);
-  if (threadIdx.x == 0) y[blockIdx.x] = out;
-  const bool last = tail.ticket && last_block_done(tail.ticket, gridDim.x);
-  DS4_PHASE(ps);
-  if (last) hc_pre_block(y, tail, DS4_PHASE_ADDR(ps));  // uniform
-  DS4_PHASE_PRINT(ps, last ? "hc_tail" : "hc", blockIdx.x == 0 || last);
+  if (pre_block) {  // uniform
+    __shared__ float s_pre[kMaxHcStreams];
+    __syncthreads();
+    if (threadIdx.x < tail.n_hc)
+      tail.pre[threadIdx.x] = s_pre[threadIdx.x] = hc_pre_weight(s_mix[threadIdx.x], pre_scale, pre_base, tail.eps);
+    __syncthreads();
+    DS4_PHASE(ps);
+    tail.x = xs;
+    hc_pre_sum_norm(s_pre, tail, xs, DS4_PHASE_ADDR(ps));
+  }
+  DS4_PHASE_PRINT(ps, pre_block ? "hc_pre" : "hc", blockIdx.x <= 1);
 }
 
 // The batched form of hc_norm_matvec_kernel, in two launches. hc_row_scale_kernel: one
-// 1024-thread block per token takes its rms scale exactly as hc_norm_matvec_kernel does (same
-// partition of the f64 sum of squares). hc_chain_matvec_kernel: a warp per row of the matrix
+// kHcNormThreads block per token takes its rms scale exactly as hc_norm_matvec_kernel does
+// (hc_norm_group_scale). hc_chain_matvec_kernel: a warp per row of the matrix
 // (up to 32 rows per block, so flash's 24 rows share one staging of x) and kTok tokens per
 // block; lane l runs chains 2l and 2l + 1 of model::hc_projection (adjacent columns: one 4- or
 // 8-byte weight load per 64 columns, straight from global into registers, the next tile's
@@ -255,10 +354,11 @@ constexpr int kChainSteps = kChainCols / kHcChains;  // column pairs per lane pe
 // 4, 2,766 / 2,012 with 8 (flash's 24 x 16384 F16 matrix, 512-token chunks).
 constexpr int kHcBatchTokens = 8;
 
-__global__ void __launch_bounds__(1024) hc_row_scale_kernel(const float* x, int64_t cols, float eps, float* scales) {
+__global__ void __launch_bounds__(kHcNormThreads) hc_row_scale_kernel(const float* x, int64_t cols, float eps,
+                                                                      float* scales) {
   pdl_wait();
   pdl_trigger();
-  const float s = block_rms_scale(x + blockIdx.x * cols, cols, eps);
+  const float s = hc_norm_group_scale(x + blockIdx.x * cols, cols, eps);
   if (threadIdx.x == 0) scales[blockIdx.x] = s;
 }
 
@@ -326,8 +426,8 @@ __global__ void __launch_bounds__(1024) hc_chain_matvec_kernel(const uint8_t* __
 #pragma unroll
         for (int j = 0; j < kTok; ++j) {
           const float2 xv = *reinterpret_cast<const float2*>(xb + j * kChainCols + il);
-          a0[j] = a0[j] + wc[k].x * (xv.x * sc[j]);
-          a1[j] = a1[j] + wc[k].y * (xv.y * sc[j]);
+          a0[j] = a0[j] + wc[k].x * xv.x;
+          a1[j] = a1[j] + wc[k].y * xv.y;
         }
       }
     }
@@ -342,7 +442,7 @@ __global__ void __launch_bounds__(1024) hc_chain_matvec_kernel(const uint8_t* __
       v0 = v0 + __shfl_down_sync(0xffffffffu, v0, off);
       v1 = v1 + __shfl_down_sync(0xffffffffu, v1, off);
     }
-    if (live && lane == 0 && t0 + j < n_tok) y[static_cast<int64_t>(t0 + j) * rows + r] = v0 + v1;
+    if (live && lane == 0 && t0 + j < n_tok) y[static_cast<int64_t>(t0 + j) * rows + r] = (v0 + v1) * sc[j];
   }
 }
 
@@ -396,7 +496,7 @@ HcPreArgs hc_pre_args(const float* scale, const float* base, int n_hc, float eps
                       uint8_t* h_q8_k) {
   if (!norm_w || d % 32 != 0) h_q8_0 = nullptr;
   if (!norm_w || d % 256 != 0) h_q8_k = nullptr;
-  return {scale, base, n_hc, eps, x, d, pre, sub_in, norm_w, norm_eps, h, h_q8_0, h_q8_k, nullptr};
+  return {scale, base, n_hc, eps, x, d, pre, sub_in, norm_w, norm_eps, h, h_q8_0, h_q8_k};
 }
 
 void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_hc, int iters, float eps,
@@ -415,25 +515,28 @@ bool hc_norm_matvec_fits(uint32_t type, size_t row_bytes, int64_t rows, int64_t 
 
 bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                     const float* x, float eps, float* y, const HcPreArgs* pre) {
-  const size_t smem = static_cast<size_t>(cols) * 4 + row_bytes;
-  if (pre && !pre->ticket) return false;  // the tail needs its ticket
+  const int lead = pre ? pre->n_hc : 1;  // block 0's rows
+  if (lead < 1 || lead > kMaxHcStreams || lead > rows) return false;
+  const bool stage_norm = pre && pre->norm_w;  // block 0 stages norm_w (16-byte copies) after its rows
+  if (stage_norm && (pre->d % 4 != 0 || reinterpret_cast<uintptr_t>(pre->norm_w) % 16 != 0)) return false;
+  const size_t smem = static_cast<size_t>(cols) * 4 + lead * row_bytes + (stage_norm ? pre->d * 4 : 0);
   if (!hc_norm_matvec_fits(type, row_bytes, rows, cols, w, x, smem)) return false;
   const void* k = type == 0   ? reinterpret_cast<const void*>(hc_norm_matvec_kernel<0>)
                   : type == 1 ? reinterpret_cast<const void*>(hc_norm_matvec_kernel<1>)
                               : reinterpret_cast<const void*>(hc_norm_matvec_kernel<30>);
   allow_dynamic_smem(k, smem);
-  const auto grid = static_cast<unsigned>(rows);
+  const auto grid = static_cast<unsigned>(rows - lead + 1);
   const HcPreArgs tail = pre ? *pre : HcPreArgs{};
-  if (type == 0) launch_k(hc_norm_matvec_kernel<0>, grid, 1024, smem, w, row_bytes, cols, x, eps, y, tail);
-  else if (type == 1) launch_k(hc_norm_matvec_kernel<1>, grid, 1024, smem, w, row_bytes, cols, x, eps, y, tail);
-  else launch_k(hc_norm_matvec_kernel<30>, grid, 1024, smem, w, row_bytes, cols, x, eps, y, tail);
+  if (type == 0) launch_k(hc_norm_matvec_kernel<0>, grid, 1024, smem, w, row_bytes, cols, x, eps, y, lead, tail);
+  else if (type == 1) launch_k(hc_norm_matvec_kernel<1>, grid, 1024, smem, w, row_bytes, cols, x, eps, y, lead, tail);
+  else launch_k(hc_norm_matvec_kernel<30>, grid, 1024, smem, w, row_bytes, cols, x, eps, y, lead, tail);
   return true;
 }
 
 bool hc_norm_matvec_batch(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                           const float* x, float eps, float* scales, float* y, int n_tok) {
   if (!hc_norm_matvec_fits(type, row_bytes, rows, cols, w, x, 0) || n_tok <= 0) return false;
-  launch_k(hc_row_scale_kernel, static_cast<unsigned>(n_tok), 1024, 0, x, cols, eps, scales);
+  launch_k(hc_row_scale_kernel, static_cast<unsigned>(n_tok), kHcNormThreads, 0, x, cols, eps, scales);
   // Row groups of at most 32 rows (a warp each), as even as the count allows (40 rows: 2 x 20).
   const int64_t groups = (rows + 31) / 32;
   const int per = static_cast<int>((rows + groups - 1) / groups);

@@ -188,9 +188,9 @@ __device__ void router_select_warps(const uint64_t* key, int n, int k, uint64_t*
 // Routing for one token per block (model::route): probabilities sqrt(softplus(logit)), the
 // selection (hash table; else by warp maxima with warp_select, or each expert's rank by its
 // biased score counted against every other expert's key, a scan the warp leaves once all its
-// lanes are past k), then thread 0's weights in selection order and the stable insertion sort by
-// expert id, from shared memory.
-// Shared memory: n keys (u64), n probabilities, k selected ids, k slots in expert-id order.
+// lanes are past k), then warp 0's weights in selection order and each slot's place in the
+// stable order by expert id.
+// Shared memory: n keys (u64), n probabilities, k selected ids, k selected probabilities.
 __global__ void router_kernel(const float* logits, int n, const float* bias, const int32_t* tid2eid,
                               const int32_t* tokens, const int64_t* pos, int k, float scale, float* p_out,
                               int32_t* sel, float* weights, int32_t* order, bool warp_select) {
@@ -237,24 +237,25 @@ __global__ void router_kernel(const float* logits, int n, const float* bias, con
   }
   if (!tid2eid) __syncthreads();  // uniform: sel_s complete
   DS4_PHASE(ps);
-  if (threadIdx.x != 0) return;
+  // Warp 0's tail: the selected probabilities gathered at once, every lane adding them in
+  // selection order (the CPU's), and slot i's place in the stable sort by expert id counted
+  // (#{slots j with a smaller id, or the same id and j < i}) instead of thread 0's insertion
+  // sort, a chain of dependent shared-memory loads.
+  if (threadIdx.x >= 32) return;
+  float* ps_sel = reinterpret_cast<float*>(sel_s + k);  // [k]: p of the selected experts
+  for (int i = threadIdx.x; i < k; i += 32) ps_sel[i] = p[sel_s[i]];
+  __syncwarp();
   float sum = 0.0f;
-  for (int i = 0; i < k; ++i) sum += p[sel_s[i]];
+  for (int i = 0; i < k; ++i) sum += ps_sel[i];
   if (sum < 6.103515625e-5f) sum = 6.103515625e-5f;
-  for (int i = 0; i < k; ++i) {
-    sel[i] = sel_s[i];
-    weights[i] = p[sel_s[i]] / sum * scale;
+  for (int i = threadIdx.x; i < k; i += 32) {
+    const int e = sel_s[i];
+    sel[i] = e;
+    weights[i] = ps_sel[i] / sum * scale;
+    int place = 0;
+    for (int j = 0; j < k; ++j) place += sel_s[j] < e || (sel_s[j] == e && j < i);
+    order[place] = i;
   }
-  // Stable insertion sort of the slots by expert id (the combine's order), in shared memory.
-  int* ord = sel_s + k;
-  for (int i = 0; i < k; ++i) ord[i] = i;
-  for (int i = 1; i < k; ++i)
-    for (int j = i; j > 0 && sel_s[ord[j - 1]] > sel_s[ord[j]]; --j) {
-      const int t = ord[j];
-      ord[j] = ord[j - 1];
-      ord[j - 1] = t;
-    }
-  for (int i = 0; i < k; ++i) order[i] = ord[i];
   DS4_PHASE(ps);
   DS4_PHASE_PRINT(ps, warp_select ? "router_warp" : (tid2eid ? "router_hash" : "router_scan"), blockIdx.x == 0);
 }
