@@ -233,11 +233,12 @@ void hc_sinkhorn(const float* mix, const float* scale, const float* base, int n_
 /// mix [rows] = (W · x [cols]) * rms_scale(x, eps) for an F32/F16/BF16 matrix (type, data w,
 /// row_bytes per row; model::hc_norm_projection, bit for bit: hc_projection's 64 chains and
 /// tree), one launch. Returns false (nothing launched) for other types, unaligned pointers, cols
-/// not a multiple of 16 or rows too long for shared memory (x and one row, or with `pre` x and
-/// pre->n_hc rows); the caller then uses hc_norm_matvec_batch (a generic matvec sums in another
-/// order), or this without `pre` and hc_pre_weights. With `pre`, the block that forms the first
-/// n_hc rows (the pre mixes) also runs hc_pre_weights with those arguments, the same values as a
-/// separate hc_pre_weights launch on y (one launch less per sublayer).
+/// not a multiple of 16, rows too long for shared memory (x and one row; with `pre`, x, n_hc
+/// rows and norm_w), or a `pre` whose x is not this x of n_hc * d values; the caller then uses
+/// hc_norm_matvec_batch (a generic matvec sums in another order), or this without `pre` and
+/// hc_pre_weights. With `pre`, the block that forms the first n_hc rows (the pre mixes) also
+/// runs hc_pre_weights with those arguments, the same values as a separate hc_pre_weights launch
+/// on y (one launch less per sublayer).
 bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t rows, int64_t cols,
                     const float* x, float eps, float* y, const HcPreArgs* pre = nullptr);
 

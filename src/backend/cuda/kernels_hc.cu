@@ -210,41 +210,39 @@ __device__ float hc_norm_group_scale(const float* x, int64_t cols, float eps) {
 }
 
 // Chain c of one row (model::hc_projection: the f32 products w[i] * x[i] of i = c, c + 64, ...
-// added in order) from the row wr and x in shared memory, in steps of 8 products. Two register
-// sets take turns: a step's loads (raw weights, converted when added) are issued before the
-// previous step's products and adds, and nothing waits on them until their own turn (no copy
-// from one set to the other, and no condition on the loads: the step past the last reloads it).
+// added in order) from the row wr and x in shared memory, in steps of 8 products, the next
+// step's loads (raw weights, converted when added) issued before this step's products and adds.
+// (The SASS shows the copies from the next step's registers to this step's waiting for those
+// loads at once, so each step still waits a shared-memory round trip: docs/cuda-next.md.)
 template <uint32_t kType>
 __device__ float hc_chain_sum(const uint8_t* wr, const float* xs, int64_t cols, int c) {
   constexpr int kU = 8, kStep = kU * kHcChains;
-  const int64_t steps = cols / kStep;
-  float a = 0.0f;
-  RawW<kType> wa[kU], wb[kU];
-  float xa[kU], xb[kU];
-  auto load = [&](int64_t s, RawW<kType>(&wv)[kU], float(&xv)[kU]) {
-    const int64_t i = c + (s < steps ? s : steps - 1) * kStep;
+  const int64_t full = cols / kStep * kStep;
+  float a = 0.0f, xv[kU], xn[kU] = {};
+  RawW<kType> wv[kU], wn[kU] = {};
+  int64_t i = c;
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      wv[u] = load_raw_w<kType>(wr, i + kHcChains * u);
-      xv[u] = xs[i + kHcChains * u];
+  for (int u = 0; u < kU; ++u) {
+    wv[u] = full > 0 ? load_raw_w<kType>(wr, i + kHcChains * u) : RawW<kType>{};
+    xv[u] = full > 0 ? xs[i + kHcChains * u] : 0.0f;
+  }
+  for (; i < full; i += kStep) {
+    if (i + kStep < full) {
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        wn[u] = load_raw_w<kType>(wr, i + kStep + kHcChains * u);
+        xn[u] = xs[i + kStep + kHcChains * u];
+      }
     }
-  };
-  auto add = [&](const RawW<kType>(&wv)[kU], const float(&xv)[kU]) {
 #pragma unroll
     for (int u = 0; u < kU; ++u) a = a + raw_to_float<kType>(wv[u]) * xv[u];
-  };
-  if (steps > 0) {
-    load(0, wa, xa);
-    int64_t s = 0;
-    for (; s + 1 < steps; s += 2) {
-      load(s + 1, wb, xb);
-      add(wa, xa);
-      load(s + 2, wa, xa);
-      add(wb, xb);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      wv[u] = wn[u];
+      xv[u] = xn[u];
     }
-    if (s < steps) add(wa, xa);  // an odd step count: the last step is in wa
   }
-  for (int64_t i = c + steps * kStep; i < cols; i += kHcChains) a = a + load_float_w<kType>(wr, i) * xs[i];
+  for (; i < cols; i += kHcChains) a = a + load_float_w<kType>(wr, i) * xs[i];
   return a;
 }
 
@@ -517,6 +515,7 @@ bool hc_norm_matvec(uint32_t type, const uint8_t* w, size_t row_bytes, int64_t r
                     const float* x, float eps, float* y, const HcPreArgs* pre) {
   const int lead = pre ? pre->n_hc : 1;  // block 0's rows
   if (lead < 1 || lead > kMaxHcStreams || lead > rows) return false;
+  if (pre && (pre->x != x || pre->n_hc * pre->d != cols)) return false;  // the tail reads x's staged copy
   const bool stage_norm = pre && pre->norm_w;  // block 0 stages norm_w (16-byte copies) after its rows
   if (stage_norm && (pre->d % 4 != 0 || reinterpret_cast<uintptr_t>(pre->norm_w) % 16 != 0)) return false;
   const size_t smem = static_cast<size_t>(cols) * 4 + lead * row_bytes + (stage_norm ? pre->d * 4 : 0);
