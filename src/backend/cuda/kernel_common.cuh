@@ -99,6 +99,11 @@ __device__ float swiglu_value(float g, float u, float clamp, float w) {
   return g * sigmoid_f(g) * u * w;
 }
 
+// model::rms_scale's factor 1/sqrt(mean + eps) from the f64 sum of squares of dim values.
+__device__ __forceinline__ float rms_scale_of_sum(double sum, int64_t dim, float eps) {
+  return 1.0f / sqrtf(static_cast<float>(sum / static_cast<double>(dim)) + eps);
+}
+
 // model::rms_norm family; one block per row. The f64 sum of squares is a block-wide tree here
 // (the CPU's detail::sum_squares_f64 uses 4 sequential f64 lanes): the two differ by f64
 // rounding only (relative ~1e-16), far below the f32 rounding of mean + eps that follows, so the
@@ -114,7 +119,7 @@ __device__ float block_rms_from_partial(double acc, int64_t dim, float eps) {
   if (threadIdx.x == 0) {
     double s = 0;
     for (int k = 0; k < static_cast<int>(blockDim.x / 32); ++k) s += part[k];
-    scale = 1.0f / sqrtf(static_cast<float>(s / static_cast<double>(dim)) + eps);
+    scale = rms_scale_of_sum(s, dim, eps);
   }
   __syncthreads();
   return scale;

@@ -94,8 +94,8 @@ struct MatvecOp {
   /// When set, the launch also forms hc_post of y (*post, see HcPostEpi) in its epilogue (the
   /// streaming and chunked kernels; K-quant weights then stream instead of taking the row-slice
   /// kernel), or with a shape the epilogue does not take (groups != 1, row0 != 0, n_rows !=
-  /// post->d, n_hc > kMaxHcStreams) in an hc_post launch after it: the same values either way. matvec_op
-  /// only (matvec_pair runs an op with a post as its own launch).
+  /// post->d, n_hc > kMaxHcStreams) in an hc_post launch after it: the same values either way.
+  /// matvec_op only (matvec_pair runs an op with a post as its own launch).
   const HcPostEpi* post = nullptr;
 };
 
@@ -210,7 +210,7 @@ struct HcPreArgs {
   uint8_t* h_q8_0 = nullptr;
   uint8_t* h_q8_k = nullptr;
 };
-/// The arguments of hc_pre_weights: scale, base, eps and n_hc (<= 5) of the HC split, the
+/// The arguments of hc_pre_weights: scale, base, eps and n_hc (<= kMaxHcStreams) of the HC split, the
 /// streams x [n_hc*d], the outputs pre [n_hc], sub_in [d] and (norm_w non-null) h [d] with its
 /// norm_eps, and the quantized rows h_q8_0 / h_q8_k (may be null; dropped unless norm_w is set
 /// and d is a multiple of 32 / 256).

@@ -145,16 +145,8 @@ __device__ void hc_pre_sum_norm(const float* s_pre, const HcPreArgs& a, float* h
   DS4_PHASE_PTR(ps);
 }
 
-// The pre weights (threads t < n) from mix in global memory (read past L1), then hc_pre_sum_norm.
-__device__ void hc_pre_block(const float* mix, const HcPreArgs& a) {
-  __shared__ float s_pre[kMaxHcStreams];
-  const int t = threadIdx.x;
-  if (t < a.n_hc) a.pre[t] = s_pre[t] = hc_pre_weight(__ldcg(mix + t), a.scale[0], a.base[t], a.eps);
-  __syncthreads();
-  hc_pre_sum_norm(s_pre, a);
-}
-
-// hc_pre_block for token blockIdx.x of a batch.
+// hc_pre_weights for token blockIdx.x of a batch: the pre weights (threads t < n) from mix,
+// then hc_pre_sum_norm.
 __global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, HcPreArgs a) {
   pdl_wait();
   pdl_trigger();
@@ -166,7 +158,11 @@ __global__ void __launch_bounds__(1024) hc_pre_kernel(const float* mix, HcPreArg
   a.h += tk * d;
   if (a.h_q8_0) a.h_q8_0 += tk * (d / 32) * sizeof(BQ8_0Act);
   if (a.h_q8_k) a.h_q8_k += tk * (d / 256) * sizeof(BQ8_K);
-  hc_pre_block(mix, a);
+  __shared__ float s_pre[kMaxHcStreams];
+  const int t = threadIdx.x;
+  if (t < a.n_hc) a.pre[t] = s_pre[t] = hc_pre_weight(__ldcg(mix + t), a.scale[0], a.base[t], a.eps);
+  __syncthreads();
+  hc_pre_sum_norm(s_pre, a);
 }
 
 // A weight of ggml type kType (F32 (0), F16 (1), BF16 (30)) as stored (RawW) and as f32; the
@@ -206,7 +202,7 @@ __device__ float hc_norm_group_scale(const float* x, int64_t cols, float eps) {
   if (j != 0) return 0.0f;
   double sum = 0;
   for (int k = 0; k < kHcNormThreads / 32; ++k) sum += part[k];
-  return 1.0f / sqrtf(static_cast<float>(sum / static_cast<double>(cols)) + eps);
+  return rms_scale_of_sum(sum, cols, eps);
 }
 
 // Chain c of one row (model::hc_projection: the f32 products w[i] * x[i] of i = c, c + 64, ...
