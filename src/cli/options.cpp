@@ -19,7 +19,7 @@ Options parse_options(int argc, char** argv) {
   app.add_option("--system", o.system, "System prompt (-sys also works); \"\" disables it");
   app.add_option("-n,--tokens", o.max_tokens, "Maximum generated tokens (generation also stops when the --ctx context is full)")
       ->capture_default_str()
-      ->check(ds4::whole_number())->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+      ->check(ds4::whole_number())->check(ds4::at_least(int64_t{1}));
   app.add_option("-c,--ctx", o.ctx, "Context size in tokens")
       ->capture_default_str()
       ->check(ds4::whole_number())->check(CLI::Range(int64_t{16}, int64_t{1} << 30));

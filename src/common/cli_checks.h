@@ -53,9 +53,10 @@ inline CLI::Validator non_empty_list(const std::string& what, const std::string&
 /// A numeric option's type check, run before its range check so that a value that is not a
 /// number says so ("Failed parsing abc as a number") instead of "not in range"; a NaN is refused
 /// too (it would pass the range check). No help text.
-/// Unsigned integer types are parsed strictly (digits only, no sign, no wrap-around): CLI11's own
-/// conversion takes "-1" as the type's largest value and clamps values past it, so `--seed -1`
-/// and `--seed 99999999999999999999` would silently become 18446744073709551615.
+/// Integer types are parsed strictly (digits, a sign only for signed types, no wrap-around or
+/// clamping): CLI11's own conversion takes "-1" as an unsigned type's largest value and clamps
+/// values past the range, so `--seed -1` and `--seed 99999999999999999999` would silently become
+/// 18446744073709551615, and `-n 99999999999999999999` 9223372036854775807.
 template <typename T>
 CLI::Validator parses_as(const std::string& what) {
   return CLI::Validator(
@@ -69,6 +70,13 @@ CLI::Validator parses_as(const std::string& what) {
           const bool ok = r.ec == std::errc() && r.ptr == end && !s.empty();
           // No lower bound here: the option's range check (e.g. --seed's >= 1) reports it.
           return ok ? std::string() : "Failed parsing " + s + " as " + what + " (digits only, at most " + max + ")";
+        } else if constexpr (std::is_integral_v<T>) {  // signed: a value past the type's range is refused too
+          const char* end = s.data() + s.size();
+          const auto r = std::from_chars(s.data(), end, v);
+          if (r.ec == std::errc::result_out_of_range && r.ptr == end)
+            return "Value " + s + " is outside " + std::to_string(std::numeric_limits<T>::min()) + " to " +
+                   std::to_string(std::numeric_limits<T>::max());
+          return r.ec == std::errc() && r.ptr == end && !s.empty() ? std::string() : "Failed parsing " + s + " as " + what;
         } else {
           if (!CLI::detail::lexical_cast(s, v)) return "Failed parsing " + s + " as " + what;
           // A NaN passes every range check (its comparisons are false): refused here.
@@ -86,6 +94,19 @@ CLI::Validator whole_number() {
   return parses_as<T>("a whole number");
 }
 
+/// A lower bound alone, for counts with no meaningful upper one (e.g. -n): "Value 0 is less than 1"
+/// (CLI::Range would print an arbitrary upper bound). Put it after whole_number(), which rejects
+/// what does not parse.
+template <typename T = int64_t>
+CLI::Validator at_least(T lo) {
+  return CLI::Validator(
+      [lo](std::string& s) {
+        T v{};
+        if (CLI::detail::lexical_cast(s, v) && v < lo) return "Value " + s + " is less than " + std::to_string(lo);
+        return std::string();
+      },
+      "at least " + std::to_string(lo));
+}
 
 /// The DS4_THREADS environment variable, read when -t/--threads is not given (product surface
 /// §2.1): 0 when unset or empty; otherwise a whole number from 1 to 4096 (the -t range). Anything

@@ -51,7 +51,7 @@ Flags parse(int argc, char** argv) {
       ->check(ds4::whole_number())->check(CLI::Range(int64_t{16}, int64_t{1} << 30));
   app.add_option("-n,--tokens", f.tokens, "Default max_tokens when a request gives none")
       ->capture_default_str()
-      ->check(ds4::whole_number())->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+      ->check(ds4::whole_number())->check(ds4::at_least(int64_t{1}));
   app.add_option("-t,--threads", f.threads, "CPU threads (default: DS4_THREADS, else all cores)")->check(ds4::whole_number())->check(CLI::Range(1, 4096));
   app.add_option("--gpu-devices", f.gpu_devices, "CUDA devices, e.g. 0,1 (several: experts split across them)")
       ->check(ds4::non_empty_list("device", "0 or 0,1"));

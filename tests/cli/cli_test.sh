@@ -24,6 +24,11 @@ expect 2 "^ds4: --seed: Failed parsing -1 as a whole number \\(digits only, at m
 expect 2 "^ds4: --seed: Value 18446744073709551616 is larger than $u64_max" -- \
   "$ds4" -m "$model" -p hi --seed 18446744073709551616
 expect 2 "seed.*not in range" -- "$ds4" -m "$model" -p hi --seed 0
+expect 2 "^ds4: --tokens: Value -5 is less than 1$" -- "$ds4" -m "$model" -p hi -n -5
+expect 2 "^ds4: --tokens: Value 0 is less than 1$" -- "$ds4" -m "$model" -p hi -n 0
+expect 2 "^ds4: --tokens: Value 99999999999999999999 is outside -9223372036854775808 to 9223372036854775807$" -- \
+  "$ds4" -m "$model" -p hi -n 99999999999999999999
+expect 2 "^ds4: --tokens: Failed parsing \\+5 as a whole number$" -- "$ds4" -m "$model" -p hi -n +5
 expect 2 "not both" -- "$ds4" -m "$model" -p hi --prompt-file "$0"
 # DS4_THREADS (read when -t is not given) has -t's range and a clear error.
 expect 2 "^ds4: DS4_THREADS must be a whole number from 1 to 4096, got \"abc\"" -- env DS4_THREADS=abc "$ds4" -m "$model" -p hi -n 1

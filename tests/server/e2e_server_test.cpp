@@ -1051,6 +1051,7 @@ TEST(E2EProcess, BadFlagsExit2) {
   };
   for (const Case& c :
        {Case{{"--port", "99999"}, "ds4-server: --port: Value 99999 not in range"},
+        Case{{"-n", "0"}, "ds4-server: --tokens: Value 0 is less than 1"},
         Case{{"--no-such-flag"}, "ds4-server: The following argument was not expected: --no-such-flag"},
         Case{{"--kv-cache-min-tokens", "600", "--kv-cache-cold-max-tokens", "100"},
              "ds4-server: --kv-cache-cold-max-tokens must be 0 or >= --kv-cache-min-tokens"}}) {
