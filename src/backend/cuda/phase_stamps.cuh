@@ -16,7 +16,7 @@ namespace ds4::cuda {
 
 /// Per-thread phase stamps: up to kMax clock64() values and the block's start in globaltimer ns.
 struct PhaseStamps {
-  static constexpr int kMax = 16;
+  static constexpr int kMax = 24;
   long long t[kMax];
   unsigned long long g0;
   int n;
@@ -38,9 +38,11 @@ static __device__ __noinline__ void phase_print(const PhaseStamps& ps, const cha
   if (threadIdx.x != 0 || ((ps.g0 >> 12) & 7) != 0) return;
   long long d[PhaseStamps::kMax] = {};
   for (int k = 1; k < ps.n; ++k) d[k - 1] = ps.t[k] - ps.t[k - 1];
-  printf("PHASE %s grid=%u blk=%u sm_cyc=%lld ns=%llu d=%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n",
+  printf("PHASE %s grid=%u blk=%u sm_cyc=%lld ns=%llu d=%lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld "
+         "%lld\n",
          tag, gridDim.x, blockIdx.x, ps.t[ps.n - 1] - ps.t[0], phase_globaltimer() - ps.g0, d[0], d[1], d[2], d[3],
-         d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13], d[14]);
+         d[4], d[5], d[6], d[7], d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15], d[16], d[17], d[18], d[19],
+         d[20], d[21], d[22]);
 }
 }  // namespace ds4::cuda
 /// Starts the block's stamps (the first stamp and the globaltimer start).
