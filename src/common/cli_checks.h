@@ -74,8 +74,8 @@ CLI::Validator parses_as(const std::string& what) {
           const char* end = s.data() + s.size();
           const auto r = std::from_chars(s.data(), end, v);
           if (r.ec == std::errc::result_out_of_range && r.ptr == end)
-            return "Value " + s + " is outside " + std::to_string(std::numeric_limits<T>::min()) + " to " +
-                   std::to_string(std::numeric_limits<T>::max());
+            return s[0] == '-' ? "Value " + s + " is smaller than " + std::to_string(std::numeric_limits<T>::min())
+                               : "Value " + s + " is larger than " + std::to_string(std::numeric_limits<T>::max());
           return r.ec == std::errc() && r.ptr == end && !s.empty() ? std::string() : "Failed parsing " + s + " as " + what;
         } else {
           if (!CLI::detail::lexical_cast(s, v)) return "Failed parsing " + s + " as " + what;

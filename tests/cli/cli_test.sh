@@ -26,8 +26,10 @@ expect 2 "^ds4: --seed: Value 18446744073709551616 is larger than $u64_max" -- \
 expect 2 "seed.*not in range" -- "$ds4" -m "$model" -p hi --seed 0
 expect 2 "^ds4: --tokens: Value -5 is less than 1$" -- "$ds4" -m "$model" -p hi -n -5
 expect 2 "^ds4: --tokens: Value 0 is less than 1$" -- "$ds4" -m "$model" -p hi -n 0
-expect 2 "^ds4: --tokens: Value 99999999999999999999 is outside -9223372036854775808 to 9223372036854775807$" -- \
+expect 2 "^ds4: --tokens: Value 99999999999999999999 is larger than 9223372036854775807$" -- \
   "$ds4" -m "$model" -p hi -n 99999999999999999999
+expect 2 "^ds4: --ctx: Value -99999999999999999999 is smaller than -9223372036854775808$" -- \
+  "$ds4" -m "$model" -p hi -c -99999999999999999999
 expect 2 "^ds4: --tokens: Failed parsing \\+5 as a whole number$" -- "$ds4" -m "$model" -p hi -n +5
 expect 2 "not both" -- "$ds4" -m "$model" -p hi --prompt-file "$0"
 # DS4_THREADS (read when -t is not given) has -t's range and a clear error.
