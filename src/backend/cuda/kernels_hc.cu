@@ -206,39 +206,43 @@ __device__ float hc_norm_group_scale(const float* x, int64_t cols, float eps) {
 }
 
 // Chain c of one row (model::hc_projection: the f32 products w[i] * x[i] of i = c, c + 64, ...
-// added in order) from the row wr and x in shared memory, in steps of 8 products, the next
-// step's loads (raw weights, converted when added) issued before this step's products and adds.
-// (The SASS shows the copies from the next step's registers to this step's waiting for those
-// loads at once, so each step still waits a shared-memory round trip: docs/cuda-next.md.)
+// added in order) from the row wr and x in shared memory, in steps of 8 products. Two register
+// sets take turns: a step's loads are issued into one set while the other set's products are
+// added, so no value is copied between sets (a copy would wait for the load just issued). The
+// step index of a load is clamped to the last step, so every load is unconditional; the extra
+// loads of the last pair are never added.
 template <uint32_t kType>
 __device__ float hc_chain_sum(const uint8_t* wr, const float* xs, int64_t cols, int c) {
   constexpr int kU = 8, kStep = kU * kHcChains;
-  const int64_t full = cols / kStep * kStep;
-  float a = 0.0f, xv[kU], xn[kU] = {};
-  RawW<kType> wv[kU], wn[kU] = {};
-  int64_t i = c;
-#pragma unroll
-  for (int u = 0; u < kU; ++u) {
-    wv[u] = full > 0 ? load_raw_w<kType>(wr, i + kHcChains * u) : RawW<kType>{};
-    xv[u] = full > 0 ? xs[i + kHcChains * u] : 0.0f;
-  }
-  for (; i < full; i += kStep) {
-    if (i + kStep < full) {
+  const int steps = static_cast<int>(cols / kStep);
+  float a = 0.0f;
+  if (steps > 0) {
+    RawW<kType> wa[kU], wb[kU];
+    float xa[kU], xb[kU];
+    auto load = [&](int s, RawW<kType>* wv, float* xv) {
+      const int64_t i = static_cast<int64_t>(min(s, steps - 1)) * kStep + c;
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
-        wn[u] = load_raw_w<kType>(wr, i + kStep + kHcChains * u);
-        xn[u] = xs[i + kStep + kHcChains * u];
+        wv[u] = load_raw_w<kType>(wr, i + kHcChains * u);
+        xv[u] = xs[i + kHcChains * u];
       }
-    }
+    };
+    auto add = [&](const RawW<kType>* wv, const float* xv) {
 #pragma unroll
-    for (int u = 0; u < kU; ++u) a = a + raw_to_float<kType>(wv[u]) * xv[u];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      wv[u] = wn[u];
-      xv[u] = xn[u];
+      for (int u = 0; u < kU; ++u) a = a + raw_to_float<kType>(wv[u]) * xv[u];
+    };
+    load(0, wa, xa);
+    int s = 0;
+    for (; s + 1 < steps; s += 2) {
+      load(s + 1, wb, xb);
+      add(wa, xa);
+      load(s + 2, wa, xa);
+      add(wb, xb);
     }
+    if (s < steps) add(wa, xa);
   }
-  for (; i < cols; i += kHcChains) a = a + load_float_w<kType>(wr, i) * xs[i];
+  for (int64_t i = static_cast<int64_t>(steps) * kStep + c; i < cols; i += kHcChains)
+    a = a + load_float_w<kType>(wr, i) * xs[i];
   return a;
 }
 
@@ -281,7 +285,7 @@ __global__ void __launch_bounds__(1024) hc_norm_matvec_kernel(const uint8_t* w, 
   const bool pre_block = blockIdx.x == 0 && lead == tail.n_hc;
   DS4_PHASE_BEGIN(ps);
   for (int64_t i = threadIdx.x; i < static_cast<int64_t>(nrows * row_bytes / 16); i += blockDim.x)
-    cp_async16(wrows + 16 * i, src + 16 * i);
+    cp_async16_weight(wrows + 16 * i, src + 16 * i);
   // The tail's constants, also before the wait: norm_w after the rows, scale and base in registers.
   float* norm_s = reinterpret_cast<float*>(wrows + nrows * row_bytes);
   float pre_scale = 0.0f, pre_base = 0.0f;

@@ -405,7 +405,7 @@ template <bool kVec>
 __device__ void stage_bytes(const uint8_t* src, int bytes, uint8_t* sm, int lane) {
   if constexpr (kVec) {
     const int n16 = bytes / 16;
-    for (int idx = lane; idx < n16; idx += 32) cp_async16(sm + 16 * idx, src + 16 * idx);
+    for (int idx = lane; idx < n16; idx += 32) cp_async16_weight(sm + 16 * idx, src + 16 * idx);
   } else {
     for (int i = lane; i < bytes; i += 32) sm[i] = src[i];
   }
@@ -820,15 +820,15 @@ __device__ __forceinline__ void rs_ld_words(const uint8_t* p, uint32_t* w) {
   if constexpr (kM < kN) {
     constexpr int al = (kAlign + 4 * kM) % 16;
     if constexpr (al == 0 && kM + 4 <= kN) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p + 4 * kM));
+      const uint4 v = ldg_weight(reinterpret_cast<const uint4*>(p + 4 * kM));
       w[kM] = v.x, w[kM + 1] = v.y, w[kM + 2] = v.z, w[kM + 3] = v.w;
       rs_ld_words<kAlign, kN, kM + 4>(p, w);
     } else if constexpr (al % 8 == 0 && kM + 2 <= kN) {
-      const uint2 v = __ldg(reinterpret_cast<const uint2*>(p + 4 * kM));
+      const uint2 v = ldg_weight(reinterpret_cast<const uint2*>(p + 4 * kM));
       w[kM] = v.x, w[kM + 1] = v.y;
       rs_ld_words<kAlign, kN, kM + 2>(p, w);
     } else {
-      w[kM] = __ldg(reinterpret_cast<const uint32_t*>(p + 4 * kM));
+      w[kM] = ldg_weight(reinterpret_cast<const uint32_t*>(p + 4 * kM));
       rs_ld_words<kAlign, kN, kM + 1>(p, w);
     }
   }
@@ -843,15 +843,15 @@ __device__ __forceinline__ void rs_load(const uint8_t* row, int nblk, int j, int
     // kG = 1: 8 bytes at a multiple of 8 (the loader's 16-byte case needs 4 words, so its
     // alignment argument only has to be right modulo 8); kG = 2: 16 bytes at a multiple of 16.
     rs_ld_words<0, 2 * kG>(row + j * B + 8 * kG * s, w.q);
-    w.d = __ldg(reinterpret_cast<const unsigned short*>(row + nblk * B) + j);
+    w.d = ldg_weight(reinterpret_cast<const unsigned short*>(row + nblk * B) + j);
   } else if constexpr (T == kQ2_K) {
     const uint8_t* b = row + j * Fmt<kQ2_K>::kBytes;  // 4 * kJ4 bytes past a 16-byte boundary
-    w.sc = __ldg(reinterpret_cast<const uint32_t*>(b) + kG * s / 2);  // scale bytes 2 kG s ..
+    w.sc = ldg_weight(reinterpret_cast<const uint32_t*>(b) + kG * s / 2);  // scale bytes 2 kG s ..
     rs_ld_words<(4 * kJ4) % 16, 8>(b + 16 + 32 * (kG * s / 4), w.qs);  // the codes' 32-byte half
-    w.dd = __ldg(reinterpret_cast<const uint32_t*>(b) + 20);
+    w.dd = ldg_weight(reinterpret_cast<const uint32_t*>(b) + 20);
   } else {
     const uint8_t* b = row + j * Fmt<kQ4_K>::kBytes;  // 144-byte blocks: 16-byte aligned
-    w.head = __ldg(reinterpret_cast<const uint4*>(b));
+    w.head = ldg_weight(reinterpret_cast<const uint4*>(b));
     rs_ld_words<0, 8>(b + 16 + 32 * (kG * s / 2), w.qs);  // codes of sub-blocks 2 (kG s / 2) ..
   }
 }
