@@ -180,10 +180,6 @@ __device__ __forceinline__ float raw_to_float(RawW<kType> r) {
   else if constexpr (kType == 1) return __half2float(__ushort_as_half(r));
   else return __uint_as_float(static_cast<uint32_t>(r) << 16);  // BF16
 }
-template <uint32_t kType>
-__device__ float load_float_w(const uint8_t* w, int64_t i) {
-  return raw_to_float<kType>(load_raw_w<kType>(w, i));
-}
 
 // The HC state norm's scale (model::rms_scale of x [cols]) by kHcNormThreads threads (those with
 // threadIdx.x % kHcNormThreads == j, a whole named barrier group): thread j adds the f64 squares
@@ -242,7 +238,7 @@ __device__ float hc_chain_sum(const uint8_t* wr, const float* xs, int64_t cols, 
     if (s < steps) add(wa, xa);
   }
   for (int64_t i = static_cast<int64_t>(steps) * kStep + c; i < cols; i += kHcChains)
-    a = a + load_float_w<kType>(wr, i) * xs[i];
+    a = a + raw_to_float<kType>(load_raw_w<kType>(wr, i)) * xs[i];
   return a;
 }
 
