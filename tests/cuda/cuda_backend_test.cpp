@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_forward.h"
 #include "backend/cuda/graph_skip.h"
+#include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/launch_stream.h"
 #include "common/error.h"
 #include "cuda_test_util.h"
@@ -499,6 +500,69 @@ TEST(CudaGraphSkip, ParsesRegexesAndRejectsInvalidOnes) {
     EXPECT_NE(std::string(e.what()).find("DS4_CUDA_GRAPH_SKIP: 'attn_(' is not a valid regex"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(CudaPrefetchSites, ParsesSiteListsAndRejectsUnknownNames) {
+  using cuda::PrefetchSite;
+  const auto bit = [](PrefetchSite s) { return 1u << static_cast<unsigned>(s); };
+  const unsigned all = (1u << static_cast<unsigned>(PrefetchSite::Count)) - 1;
+  EXPECT_EQ(cuda::parse_prefetch_sites(nullptr), 0u);
+  EXPECT_EQ(cuda::parse_prefetch_sites(""), 0u);
+  EXPECT_EQ(cuda::parse_prefetch_sites("o_a"), bit(PrefetchSite::Oa));
+  EXPECT_EQ(cuda::parse_prefetch_sites("q:down:q"), bit(PrefetchSite::Q) | bit(PrefetchSite::Down));
+  EXPECT_EQ(cuda::parse_prefetch_sites("q:idx:o_a:router:shexp:down"), all);
+  for (const char* bad : {"qb", "q:", "q_b", "Q", "none"}) {
+    try {
+      cuda::parse_prefetch_sites(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("DS4_CUDA_PREFETCH: unknown site"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("(sites: q, idx, o_a, router, shexp, down)"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The bulk-prefetch chunks of a range, checked against a byte-by-byte account: they tile the
+// range's 16-byte-aligned part exactly, in order, each aligned, a multiple of 16 bytes and at
+// most kL2ChunkBytes long; and a grid-stride loop's start (l2_first_of) is the first index of
+// the thread's residue class, as counting up from the range's first chunk finds it.
+TEST(CudaL2Prefetch, ChunksTileTheAlignedSpan) {
+  const uint64_t C = cuda::kL2ChunkBytes;
+  for (const uint64_t a : {uint64_t{0x10000}, uint64_t{0x10003}, uint64_t{0x1000f}, uint64_t{0x10010}})
+    for (const uint64_t n : {uint64_t{0}, uint64_t{1}, uint64_t{15}, uint64_t{16}, uint64_t{17}, uint64_t{31},
+                             C - 1, C, C + 1, C + 16, 3 * C - 5, 5 * C + 48}) {
+      SCOPED_TRACE(fmt::format("a {:#x} n {}", a, n));
+      // Bytes at or after a whose 16-byte line lies wholly inside [a, a + n).
+      uint64_t lo = a;
+      while (lo % 16 != 0) ++lo;
+      uint64_t hi = a + n;
+      while (hi % 16 != 0) --hi;
+      const uint64_t want = hi > lo ? hi - lo : 0;
+      const uint64_t k = cuda::l2_chunks(a, n);
+      EXPECT_EQ(k, (want + C - 1) / C);
+      uint64_t at = lo, covered = 0;
+      for (uint64_t i = 0; i < k; ++i) {
+        const cuda::L2Chunk c = cuda::l2_chunk(a, n, i);
+        EXPECT_EQ(c.addr, at);
+        EXPECT_EQ(c.addr % 16, 0u);
+        EXPECT_EQ(c.bytes % 16, 0u);
+        EXPECT_GT(c.bytes, 0u);
+        EXPECT_LE(c.bytes, C);
+        at += c.bytes;
+        covered += c.bytes;
+      }
+      EXPECT_EQ(covered, want);
+      if (k > 0) {
+        EXPECT_EQ(at, hi);
+      }
+    }
+  for (uint64_t stride : {1u, 3u, 32u, 96u})
+    for (uint64_t first : {0u, 1u, 31u, 32u, 95u, 200u})
+      for (uint64_t t = 0; t < stride; ++t) {
+        uint64_t j = first;
+        while (j % stride != t) ++j;
+        EXPECT_EQ(cuda::l2_first_of(first, t, stride), j) << first << " " << t << " " << stride;
+      }
 }
 
 TEST(CudaNoPdlSites, ParsesSiteListsAndRejectsUnknownNames) {

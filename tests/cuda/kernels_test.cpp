@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/launch_stream.h"
 #include "common/error.h"
 #include "common/f16.h"
@@ -523,6 +524,33 @@ TEST_F(CudaKernels, HcNormMatvecBatchEqualsPerTokenReference) {
 // The device row layout (weight_layout.cuh): Q8_0 and IQ2_XXS rows become payloads then scales,
 // built here from the GGUF block fields; other types are untouched; rows that are not whole
 // blocks are an error.
+// A prefetch writes nothing and skips the ids outside [0, id_limit) (other ranks' experts, -1):
+// the prefetched bytes read back unchanged, and no launch error follows ranges with unaligned
+// ends, ranges shorter than 16 bytes, and ids that would point past the buffer.
+TEST_F(CudaKernels, L2PrefetchWritesNothingAndSkipsInvalidIds) {
+  if (!cuda::l2_prefetch_supported()) GTEST_SKIP() << "no bulk prefetch on this device";
+  const size_t n = 3 * 1024 * 1024 + 5;
+  std::vector<uint8_t> bytes(n);
+  std::mt19937 rng(5);
+  for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng());
+  cuda::DeviceArray<uint8_t> buf(n);
+  buf.upload(bytes.data(), n);
+  const int32_t ids_host[6] = {2, -1, 0, 7, 1, 1000};  // 7 and 1000: past id_limit 3
+  cuda::DeviceArray<int32_t> ids(6);
+  ids.upload(ids_host, 6);
+  cuda::L2Prefetch p;
+  p.r[p.n++] = {buf.get(), n, 0, nullptr, 1, 0};  // the whole buffer, odd length
+  p.r[p.n++] = {buf.get() + 3, 10, 0, nullptr, 1, 0};  // no aligned 16 bytes inside
+  p.r[p.n++] = {buf.get() + 1, n / 3 - 1, n / 3, ids.get(), 6, 3};  // "experts" of n / 3 bytes
+  cuda::l2_prefetch(p);
+  cuda::check(cudaDeviceSynchronize(), "l2_prefetch");
+  cuda::check(cudaGetLastError(), "l2_prefetch");
+  EXPECT_EQ(download(buf, n), bytes);
+  cuda::L2Prefetch too_many;
+  too_many.n = cuda::kL2MaxRanges + 1;
+  EXPECT_THROW(cuda::l2_prefetch(too_many), Error);
+}
+
 TEST_F(CudaKernels, DeviceLayoutSplitsRowsIntoPayloadsThenScales) {
   struct Case { GgmlType type; int64_t cols; size_t block, payload; };
   for (const Case c : {Case{GgmlType::Q8_0, 96, 34, 32}, Case{GgmlType::IQ2_XXS, 512, 66, 64},

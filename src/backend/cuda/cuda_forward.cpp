@@ -68,6 +68,21 @@ int idx_query_main_mode() {
   return 2;
 }
 
+// The bits of the colon-separated site names in `list` (bit i: names[i]) of environment
+// variable `var`; empty gives none. Throws ds4::Error naming an unknown site and the valid ones.
+unsigned parse_site_list(const char* var, std::string_view list, std::span<const std::string_view> names) {
+  unsigned bits = 0;
+  for (size_t at = 0; !list.empty() && at <= list.size();) {
+    const size_t end = std::min(list.find(':', at), list.size());
+    const std::string_view name = list.substr(at, end - at);
+    const auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end()) fail("{}: unknown site '{}' (sites: {})", var, name, fmt::join(names, ", "));
+    bits |= 1u << (it - names.begin());
+    at = end + 1;
+  }
+  return bits;
+}
+
 }  // namespace
 
 unsigned parse_no_pdl_sites(const char* list) {
@@ -79,18 +94,14 @@ unsigned parse_no_pdl_sites(const char* list) {
   // row's store and the indexer (aux) likewise beside the attention's q path.
   if (list == nullptr)
     return (1u << static_cast<unsigned>(NoPdlSite::Shexp)) | (1u << static_cast<unsigned>(NoPdlSite::Aux));
-  unsigned bits = 0;
-  const std::string_view all = list;
-  for (size_t at = 0; !all.empty() && at <= all.size();) {
-    const size_t end = std::min(all.find(':', at), all.size());
-    const std::string_view name = all.substr(at, end - at);
-    const auto* it = std::find(std::begin(kNames), std::end(kNames), name);
-    if (it == std::end(kNames))
-      fail("DS4_CUDA_NO_PDL: unknown site '{}' (sites: {})", name, fmt::join(kNames, ", "));
-    bits |= 1u << (it - std::begin(kNames));
-    at = end + 1;
-  }
-  return bits;
+  return parse_site_list("DS4_CUDA_NO_PDL", list, kNames);
+}
+
+unsigned parse_prefetch_sites(const char* list) {
+  static constexpr std::string_view kNames[] = {"q", "idx", "o_a", "router", "shexp", "down"};
+  static_assert(std::size(kNames) == static_cast<size_t>(PrefetchSite::Count));
+  if (list == nullptr) return 0;  // not measured on a GPU yet (perf-notes "Session 40")
+  return parse_site_list("DS4_CUDA_PREFETCH", list, kNames);
 }
 
 CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_t ctx,
@@ -121,6 +132,8 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   idx_query_main_ = idx_query_main_mode();
   hc_fused_ = !env_is_zero("DS4_CUDA_HC_FUSED");
   no_pdl_ = parse_no_pdl_sites(std::getenv("DS4_CUDA_NO_PDL"));
+  prefetch_ = parse_prefetch_sites(std::getenv("DS4_CUDA_PREFETCH"));
+  if (!l2_prefetch_supported()) prefetch_ = 0;
   if (StepClock::requested()) clock_ = std::make_unique<StepClock>();
   if (StepProfile::requested()) {
     prof_ = std::make_unique<StepProfile>();
@@ -235,20 +248,21 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&aux_fork_, cudaEventDisableTiming);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&aux_join_, cudaEventDisableTiming);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&idx_rows_, cudaEventDisableTiming);
+  // The prefetches' blocks (one warp each, issue and exit) go before any pending block.
+  if (st == cudaSuccess) st = cudaStreamCreateWithPriority(&pf_, cudaStreamDefault, greatest);
+  if (st == cudaSuccess) st = cudaEventCreateWithFlags(&pf_fork_, cudaEventDisableTiming);
+  if (st == cudaSuccess) st = cudaEventCreateWithFlags(&pf_join_, cudaEventDisableTiming);
   if (st != cudaSuccess) {
-    if (idx_rows_) cudaEventDestroy(idx_rows_);
-    if (aux_join_) cudaEventDestroy(aux_join_);
-    if (aux_fork_) cudaEventDestroy(aux_fork_);
-    if (aux_) cudaStreamDestroy(aux_);
-    if (branch_join_) cudaEventDestroy(branch_join_);
-    if (branch_fork_) cudaEventDestroy(branch_fork_);
-    if (branch_) cudaStreamDestroy(branch_);
-    if (join_) cudaEventDestroy(join_);
-    if (fork_) cudaEventDestroy(fork_);
-    if (side_) cudaStreamDestroy(side_);
-    if (stream_) cudaStreamDestroy(stream_);
+    release_streams();
     check(st, "CUDA stream/event creation");
   }
+}
+
+void CudaForward::release_streams() {
+  for (cudaEvent_t e : {fork_, join_, branch_fork_, branch_join_, aux_fork_, aux_join_, idx_rows_, pf_fork_, pf_join_})
+    if (e) cudaEventDestroy(e);
+  for (cudaStream_t st : {side_, branch_, aux_, pf_, stream_})
+    if (st) cudaStreamDestroy(st);
 }
 
 CudaForward::~CudaForward() {
@@ -281,10 +295,7 @@ CudaForward::~CudaForward() {
   for (auto& row : graphs_)
     for (cudaGraphExec_t g : row)
       if (g) cudaGraphExecDestroy(g);
-  for (cudaEvent_t e : {fork_, join_, branch_fork_, branch_join_, aux_fork_, aux_join_, idx_rows_})
-    if (e) cudaEventDestroy(e);
-  for (cudaStream_t st : {side_, branch_, aux_, stream_})
-    if (st) cudaStreamDestroy(st);
+  release_streams();
 }
 
 void CudaForward::reset() {
@@ -409,9 +420,14 @@ void CudaForward::launch_step(bool indexer_on, bool logits) {
   embed(dw_.token_embd.data, dw_.token_embd.type, dw_.token_embd.row_bytes, tokens_.get(), pos_.get(),
         static_cast<int>(nh), static_cast<int64_t>(D), x_.get());
   mark("embed");
+  pf_pending_ = false;
   for (uint32_t il = 0; il < c_.n_layer; ++il) {
     attention_layer(il, indexer_on);
     ffn_layer(il);
+  }
+  if (pf_pending_) {  // a captured graph's streams must all join the origin stream
+    check(cudaEventRecord(pf_join_, pf_), "cudaEventRecord");
+    check(cudaStreamWaitEvent(stream_, pf_join_, 0), "cudaStreamWaitEvent");
   }
   if (logits) {  // output head (spec §3.6)
     hc_norm_mv(dw_.output_hc_fn, x_.get(), head_pre_.get());
@@ -484,6 +500,21 @@ void CudaForward::fork(cudaStream_t to, cudaEvent_t ev) {
   check(cudaStreamWaitEvent(to, ev, 0), "cudaStreamWaitEvent");
 }
 
+void CudaForward::prefetch(PrefetchSite site, std::initializer_list<L2Range> ranges) {
+  if (prof_ || !(prefetch_ >> static_cast<unsigned>(site) & 1u)) return;
+  L2Prefetch p;
+  for (const L2Range& r : ranges)
+    if (r.count > 0 && r.bytes > 0) {
+      if (p.n == kL2MaxRanges) fail("CUDA prefetch: more than {} ranges at one site", kL2MaxRanges);
+      p.r[p.n++] = r;
+    }
+  if (p.n == 0) return;
+  fork(pf_, pf_fork_);
+  StreamGuard guard(pf_);
+  l2_prefetch(p);
+  pf_pending_ = true;
+}
+
 void CudaForward::begin_beside(cudaStream_t s, cudaEvent_t fork_ev, NoPdlSite site) {
   beside_pdl_prev_ = pdl_suppressed();
   pdl_suppressed() = beside_pdl_prev_ || no_pdl(site);
@@ -527,6 +558,10 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   const float* rope = ratio ? rope_comp_.get() : rope_dense_.get();
   const int64_t* pos = pos_.get();
 
+  // Beside the HC projection (latency-bound: DRAM idles), the weights read after it into L2.
+  prefetch(PrefetchSite::Q, {whole(L.attn_q_a), whole(L.attn_kv), whole(L.attn_q_b)});
+  prefetch(PrefetchSite::Idx, {whole(L.comp_kv), whole(L.comp_gate), whole(L.idx_comp_kv), whole(L.idx_comp_gate),
+                               whole(L.idx_q_b), whole(L.idx_proj)});
   hc_pre(L.hc_attn_fn, L.hc_attn_scale, L.hc_attn_base, L.attn_norm,  // h_ = attn_norm(sub_in)
          {&L.attn_q_a, &L.attn_kv, &L.comp_kv, &L.comp_gate, &L.idx_comp_kv, &L.idx_comp_gate, &L.idx_proj});
   // Compressor and indexer compressor (spec §3.4.5, §3.4.7) read only h_ and their own state:
@@ -615,6 +650,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     matvec_op(qb);
   }
   mark("attn_q_b matvec");
+  prefetch(PrefetchSite::Oa, {whole(L.attn_output_a)});  // beside the norm+RoPE and the attention
   if (kv_with_q) {
     q_kv_norm_rope(q_.get(), nhead, kv_row_.get(), L.attn_kv_a_norm.get(), HD, c_.rms_eps, rope,
                    n_pair_, pos, c_.nope_dim(), kv.raw.get(), raw_cap_);
@@ -684,6 +720,9 @@ void CudaForward::ffn_layer(uint32_t il) {
   const int U = static_cast<int>(c_.n_expert_used);
   const float clamp = c_.swiglu_clamp_of(il);
 
+  // Beside the HC projection: the router's matrix, and the shared expert's (on the branch stream).
+  prefetch(PrefetchSite::Router, {whole(L.ffn_gate_inp)});
+  prefetch(PrefetchSite::Shexp, {whole(L.ffn_gate_shexp), whole(L.ffn_up_shexp), whole(L.ffn_down_shexp)});
   hc_pre(L.hc_ffn_fn, L.hc_ffn_scale, L.hc_ffn_base, L.ffn_norm,  // h_ = ffn_norm(sub_in)
          {&L.ffn_gate_shexp, &L.ffn_up_shexp, &L.ffn_gate_exps, &L.ffn_up_exps});
   // Shared expert on the branch stream (its own buffers), beside the router and routed experts.
@@ -714,6 +753,15 @@ void CudaForward::ffn_layer(uint32_t il) {
     localize_experts(sel_.get(), U, static_cast<int>(shard_->begin), static_cast<int>(shard_->end),
                      local_sel_.get());
     ids = local_sel_.get();
+  }
+  {  // beside the routed gate/up (bound by shared memory, not DRAM): the chosen experts' down rows
+    L2Range down;
+    down.base = L.ffn_down_exps.data;
+    down.bytes = down.stride = static_cast<uint64_t>(D) * L.ffn_down_exps.row_bytes;
+    down.ids = ids;
+    down.count = U;
+    down.id_limit = static_cast<int>(L.ffn_down_exps.rows / D);
+    prefetch(PrefetchSite::Down, {down});
   }
   MatvecOp g_op = op_h(L.ffn_gate_exps, gate_.get()), u_op = op_h(L.ffn_up_exps, up_.get());
   for (MatvecOp* o : {&g_op, &u_op}) {

@@ -29,6 +29,7 @@
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/device_weights.h"
 #include "backend/cuda/expert_parallel.h"
+#include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/step_clock.h"
 #include "backend/cuda/step_profile.h"
 #include "model/config.h"
@@ -64,6 +65,20 @@ enum class NoPdlSite : unsigned {
 /// colon-separated names hc_pre, qa_kv, q_b, attn, o_a, o_b, router, gate_up, down, shexp, comp,
 /// aux, sinkhorn. Throws ds4::Error naming the unknown site and the valid ones.
 unsigned parse_no_pdl_sites(const char* list);
+
+/// Decode sites of DS4_CUDA_PREFETCH: weights requested into L2 (l2_prefetch) on the prefetch
+/// stream, beside the latency-bound launches that come before their readers (names in
+/// parse_prefetch_sites' order). Q: q_a, kv and q_b from the attention's HC projection on;
+/// Idx: the compressors' and the indexer's matrices there too (ratio-4 and ratio-128 layers);
+/// Oa: o_a from q_b's end on (beside the attention); Router: the router's matrix from the FFN's
+/// HC projection on; Shexp: the shared expert's three matrices there too; Down: the routed
+/// experts' down rows from the router's selection on (beside the gate/up).
+enum class PrefetchSite : unsigned { Q, Idx, Oa, Router, Shexp, Down, Count };
+
+/// The DS4_CUDA_PREFETCH value `list` as a bit per PrefetchSite: null (unset) gives the default,
+/// none; empty gives none too; else colon-separated names q, idx, o_a, router, shexp, down.
+/// Throws ds4::Error naming the unknown site and the valid ones.
+unsigned parse_prefetch_sites(const char* list);
 
 /// Runs tokens through the model on the device for one session of `ctx` tokens.
 class CudaForward {
@@ -111,6 +126,7 @@ class CudaForward {
  private:
   void step(int64_t pos, float* logits);
   void launch_step(bool indexer_on, bool logits);  // the kernels of one step, on stream_
+  void release_streams();  // destroys the streams and events made so far
   // HC pre of one sublayer (spec §3.3) through the sublayer's input norm: h_ = norm(sub_in),
   // also quantized into h_q8_0_ / h_q8_k_ where a matrix of `readers` (the sublayer's op_h
   // matvecs; absent ones are skipped) reads that activation format.
@@ -118,6 +134,17 @@ class CudaForward {
               const DeviceArray<float>& norm, std::initializer_list<const DevMatrix*> readers);
   void hc_norm_mv(const DevMatrix& fn, const float* x, float* out);  // out = fn · rms_norm_unweighted(x)
   void join_sinkhorn();  // stream_ waits for the side stream's post/comb (before hc_post)
+  // Requests `ranges` into L2 on the prefetch stream once stream_'s work so far has completed,
+  // when DS4_CUDA_PREFETCH names `site` (a no-op while profiling and on devices without bulk
+  // prefetches); launch_step joins the prefetch stream back at its end.
+  void prefetch(PrefetchSite site, std::initializer_list<L2Range> ranges);
+  static L2Range whole(const DevMatrix& m) {  // every byte of m
+    L2Range r;
+    r.base = m.data;
+    r.bytes = static_cast<uint64_t>(m.rows) * m.row_bytes;
+    r.count = m ? 1 : 0;
+    return r;
+  }
   void fork(cudaStream_t to, cudaEvent_t ev);  // `to` waits for the work queued on stream_ so far
   // Work beside the main path on stream `s` (branch_ or aux_), all no-ops while profiling, except
   // that the section's launches skip PDL when DS4_CUDA_NO_PDL names `site`. begin_beside: launches
@@ -237,6 +264,10 @@ class CudaForward {
   // q_b and the query norm+RoPE; the attention waits for them.
   cudaStream_t aux_ = nullptr;
   cudaEvent_t aux_fork_ = nullptr, aux_join_ = nullptr;
+  cudaStream_t pf_ = nullptr;  // L2 prefetches (prefetch()), joined back at the step's end
+  cudaEvent_t pf_fork_ = nullptr, pf_join_ = nullptr;
+  unsigned prefetch_ = 0;    // PrefetchSite bits (DS4_CUDA_PREFETCH), 0 without bulk prefetches
+  bool pf_pending_ = false;  // the current step has queued work on pf_
   cudaEvent_t idx_rows_ = nullptr;  // on branch_: the indexer compressor's rows of this step are in
   cudaGraphExec_t graphs_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};  // [indexer_on][logits]
   std::vector<DevLayerKv> kv_;

@@ -24,6 +24,14 @@ cudaStream_t stream() { return launch_stream(); }
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
+// The current device's SM count (1 when it cannot be queried).
+int sm_count() {
+  int dev = 0, n = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+  return n > 0 ? n : 1;
+}
+
 // Programmatic dependent launch (see pdl_enabled). Every kernel launched by launch_k calls
 // pdl_wait() before it reads or writes any buffer another kernel touches, and pdl_trigger() so
 // the next kernel may be scheduled early. Before the wait a kernel may read only constant

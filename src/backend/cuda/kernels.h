@@ -443,4 +443,16 @@ void sum_slots(const float* slots, int n_slots, int64_t n, float* y);
 /// step's launches behind it).
 void device_sleep(int64_t us);
 
+struct L2Prefetch;  // l2_prefetch.h
+
+/// Whether the current device takes l2_prefetch's bulk prefetches (compute capability >= 9).
+bool l2_prefetch_supported();
+
+/// Requests p's ranges (l2_prefetch.h) into L2 with bulk prefetches, about one 32 KiB chunk per
+/// thread over blocks of one warp (at most one block per SM), and returns at once; the kernel
+/// ends once it has issued them (the copies then complete on their own) and writes nothing.
+/// Launched without PDL on the launch stream; call only where l2_prefetch_supported().
+/// Throws ds4::Error for more than kL2MaxRanges ranges.
+void l2_prefetch(const L2Prefetch& p);
+
 }  // namespace ds4::cuda

@@ -15,6 +15,7 @@
 #include "backend/cuda/act_quant.cuh"
 #include "backend/cuda/kernel_common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/phase_stamps.cuh"
 #include "backend/cuda/step_profile.h"
 #include "common/error.h"
@@ -313,6 +314,33 @@ __global__ void sum_slots_kernel(const float* slots, int n_slots, int64_t n, flo
   y[j] = m;
 }
 
+// Bulk L2 prefetches of p's ranges (l2_prefetch.h): a grid-stride loop over all their chunks,
+// one cp.async.bulk.prefetch.L2 per chunk. No PDL wait: it reads only the ids, which its
+// launch's full (event) dependency has completed, and writes nothing.
+__global__ void l2_prefetch_kernel(L2Prefetch p) {
+#if __CUDA_ARCH__ >= 900
+  const uint64_t t = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x, stride = gridDim.x * uint64_t{blockDim.x};
+  uint64_t first = 0;  // index of the current range's first chunk among all of the launch's chunks
+  for (int r = 0; r < p.n; ++r) {
+    const L2Range& g = p.r[r];
+    for (int i = 0; i < g.count; ++i) {
+      uint64_t a = reinterpret_cast<uint64_t>(g.base);
+      if (g.ids) {
+        const int id = g.ids[i];
+        if (id < 0 || id >= g.id_limit) continue;
+        a += static_cast<uint64_t>(id) * g.stride;
+      }
+      const uint64_t n = l2_chunks(a, g.bytes);
+      for (uint64_t k = l2_first_of(first, t, stride); k < first + n; k += stride) {
+        const L2Chunk c = l2_chunk(a, g.bytes, k - first);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(c.addr), "r"(c.bytes) : "memory");
+      }
+      first += n;
+    }
+  }
+#endif
+}
+
 __global__ void sleep_kernel(int64_t us) {
   for (int64_t i = 0; i < us; ++i) __nanosleep(1000);
 }
@@ -320,6 +348,23 @@ __global__ void sleep_kernel(int64_t us) {
 }  // namespace
 
 void device_sleep(int64_t us) { sleep_kernel<<<1, 1, 0, stream()>>>(us); }
+
+bool l2_prefetch_supported() {
+  int dev = 0, major = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+}
+
+void l2_prefetch(const L2Prefetch& p) {
+  if (p.n < 0 || p.n > kL2MaxRanges) fail("l2_prefetch: {} ranges (at most {})", p.n, kL2MaxRanges);
+  uint64_t chunks = 0;  // an upper bound: every id valid
+  for (int r = 0; r < p.n; ++r)
+    chunks += static_cast<uint64_t>(std::max(p.r[r].count, 0)) * (p.r[r].bytes / kL2ChunkBytes + 2);
+  if (chunks == 0) return;
+  // About one chunk per thread, one warp per block, at most one block per SM.
+  const uint64_t blocks = std::min<uint64_t>((chunks + 31) / 32, static_cast<uint64_t>(sm_count()));
+  l2_prefetch_kernel<<<static_cast<unsigned>(blocks), 32, 0, stream()>>>(p);
+}
 
 void rms_norm(const float* x, const float* weight, float* out, int64_t dim, int n_rows, float eps,
               uint8_t* q8_0) {

@@ -1199,13 +1199,6 @@ bool launch_rowslice(const MatvecJobs& jobs, int n_jobs, int groups) {
   }
 }
 
-int sm_count() {
-  int dev = 0, n = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-  return n > 0 ? n : 1;
-}
-
 template <uint32_t T>
 void launch_matvec(MatvecJobs jobs, int n_jobs, int groups) {
   jobs.trigger = matvec_trigger_mode();

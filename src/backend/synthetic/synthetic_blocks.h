@@ -11,11 +11,7 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define DS4_HD __host__ __device__ inline
-#else
-#define DS4_HD inline
-#endif
+#include "common/host_device.h"
 
 namespace ds4::synth {
 
