@@ -726,6 +726,94 @@ TEST_F(CudaKernels, MatvecHcPostEpilogueEqualsMatvecThenHcPost) {
   }
 }
 
+// A matvec that norms its own input (MatvecOp::norm_w, the q_a norm in q_b's launch): y equals
+// model::rms_norm then quant::matvec bit for bit, for Q8_0 weights through the streaming kernel's
+// 4-lanes and 2-lanes (>= 24 MiB) dots and for float weights, alone and as either job of a pair
+// beside a plain matvec; x is left as it was. Shapes the launch does not take are refused by
+// matvec_norm_fits (and by the launchers, should a caller skip it).
+TEST_F(CudaKernels, MatvecWithInputNormEqualsNormThenMatvec) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  struct Case { GgmlType type; int64_t rows, cols; };
+  const Case cases[] = {
+      {GgmlType::Q8_0, 24576, 1024},  // q_b's shape class: the 2-lanes-per-block dot (26 MiB)
+      {GgmlType::Q8_0, 300, 1024},    // the 4-lanes dot, two rows per warp
+      {GgmlType::F16, 500, 1024},     // the indexer q_b's type: f32 activations
+      {GgmlType::F32, 64, 2048},      // the longest row the launch takes
+  };
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(std::string(ggml_type_info(static_cast<uint32_t>(cs.type))->name) + " " + std::to_string(cs.rows) +
+                 " x " + std::to_string(cs.cols));
+    const size_t rb = quant::row_bytes(cs.type, cs.cols);
+    std::vector<uint8_t> w(rb * static_cast<size_t>(cs.rows));
+    std::vector<float> row(static_cast<size_t>(cs.cols));
+    for (int64_t r = 0; r < cs.rows; ++r) {
+      for (float& v : row) v = 0.05f * nd(rng);
+      quant::quantize_row(cs.type, row.data(), &w[static_cast<size_t>(r) * rb], cs.cols);
+    }
+    std::vector<float> x(static_cast<size_t>(cs.cols)), nw(x.size()), normed(x.size());
+    for (float& v : x) v = 3.0f * nd(rng);
+    for (float& v : nw) v = 1.0f + 0.2f * nd(rng);
+    const float eps = 1e-6f;
+    model::rms_norm(x, nw, normed, eps);
+    std::vector<float> want(static_cast<size_t>(cs.rows));
+    quant::matvec(cs.type, w.data(), cs.rows, cs.cols, normed.data(), want.data());
+    // The plain job of the pair: the first 40 rows on the un-normed x.
+    std::vector<float> want_plain(40);
+    quant::matvec(cs.type, w.data(), 40, cs.cols, x.data(), want_plain.data());
+
+    cuda::DeviceArray<uint8_t> dw(w.size());
+    dw.upload(w.data(), w.size());
+    const cuda::DevMatrix m{static_cast<uint32_t>(cs.type), dw.get(), cs.cols, cs.rows, rb};
+    cuda::to_device_layout(m);
+    cuda::DeviceArray<float> dx(x.size()), dnw(nw.size()), dy(want.size()), dy2(40);
+    dx.upload(x.data(), x.size());
+    dnw.upload(nw.data(), nw.size());
+    const size_t ab = cuda::act_row_bytes(static_cast<uint32_t>(cs.type), cs.cols);
+    cuda::DeviceArray<uint8_t> act(ab + 16), act2(ab + 16);
+    cuda::MatvecOp o{&m, 0, cs.rows, 0, nullptr, 1, dx.get(), 0, dy.get(), 0, act.get(), false};
+    o.norm_w = dnw.get();
+    o.norm_eps = eps;
+    ASSERT_TRUE(cuda::matvec_norm_fits(o));
+    cuda::matvec_op(o);
+    cuda::check(cudaDeviceSynchronize(), "matvec with its input norm");
+    EXPECT_EQ(download(dy, want.size()), want);
+    EXPECT_EQ(download(dx, x.size()), x);
+    const cuda::MatvecOp plain{&m, 0, 40, 0, nullptr, 1, dx.get(), 0, dy2.get(), 0, act2.get(), false};
+    for (const bool norm_first : {true, false}) {
+      SCOPED_TRACE(norm_first ? "pair, norm in job 0" : "pair, norm in job 1");
+      cuda::check(cudaMemset(dy.get(), 0, want.size() * sizeof(float)), "clear");
+      if (norm_first) cuda::matvec_pair(o, plain);
+      else cuda::matvec_pair(plain, o);
+      cuda::check(cudaDeviceSynchronize(), "matvec_pair with an input norm");
+      EXPECT_EQ(download(dy, want.size()), want);
+      EXPECT_EQ(download(dy2, want_plain.size()), want_plain);
+    }
+  }
+  // Refused: two groups, a row longer than the launch's registers, K-quant weights.
+  cuda::DeviceArray<float> dx(4096), dy(64);
+  cuda::DeviceArray<uint8_t> dw(quant::row_bytes(GgmlType::Q8_0, 4096) * 64), act(8192);
+  const cuda::DevMatrix big{static_cast<uint32_t>(GgmlType::Q8_0), dw.get(), 4096, 64,
+                            quant::row_bytes(GgmlType::Q8_0, 4096)};
+  const cuda::DevMatrix q2k{static_cast<uint32_t>(GgmlType::Q2_K), dw.get(), 1024, 8,
+                            quant::row_bytes(GgmlType::Q2_K, 1024)};
+  const cuda::DevMatrix small{static_cast<uint32_t>(GgmlType::Q8_0), dw.get(), 1024, 8,
+                              quant::row_bytes(GgmlType::Q8_0, 1024)};
+  cuda::MatvecOp o{&big, 0, 64, 0, nullptr, 1, dx.get(), 0, dy.get(), 0, act.get(), false};
+  o.norm_w = dx.get();
+  EXPECT_FALSE(cuda::matvec_norm_fits(o));
+  EXPECT_THROW(cuda::matvec_op(o), Error);
+  o.w = &q2k;
+  o.n_rows = 8;
+  EXPECT_FALSE(cuda::matvec_norm_fits(o));
+  o.w = &small;
+  EXPECT_TRUE(cuda::matvec_norm_fits(o));
+  o.groups = 2;
+  o.group_rows = 4;
+  o.n_rows = 4;
+  EXPECT_FALSE(cuda::matvec_norm_fits(o));
+}
+
 // Kernels that quantize their own output for the next matvec: the fused q_a norm (Q8_0), the HC
 // pre kernel's h (Q8_0 and Q8_K), and SwiGLU straight into the down projection's activation
 // format: the same bytes as quant::quantize_activation of the f32 values, and the same matvec
