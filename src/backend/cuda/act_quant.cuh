@@ -115,10 +115,9 @@ __device__ void quantize_q8_k_block(const float (&v)[8], int lane, BQ8_K* y, Val
 // Q8_0 blocks of a row the block holds in registers, value k of thread t being element
 // k * blockDim.x + t: each warp then holds whole blocks (blockDim.x and dim multiples of 32), so
 // the blocks need no barrier and no read-back of the row; the same bytes as block_quantize_row.
-// put(b, lane, q, d) stores lane's value q of block b and the block's scale d (every lane gets
-// it); block_quantize_q8_0_regs stores BQ8_0Act blocks at q8_0. The whole block calls it.
-template <int N, class Put>
-__device__ void block_quantize_q8_0_regs_to(const float (&v)[N], int64_t dim, Put put) {
+// The whole block calls it.
+template <int N>
+__device__ void block_quantize_q8_0_regs(const float (&v)[N], int64_t dim, uint8_t* q8_0) {
   const int lane = threadIdx.x & 31;
   // quantize_q8_0_block for the N blocks at once, without its early return, so that their
   // shuffles and divisions overlap instead of running one block after the other.
@@ -137,16 +136,10 @@ __device__ void block_quantize_q8_0_regs_to(const float (&v)[N], int64_t dim, Pu
     const float d = amax[k] / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const bool zero = isinf(id);
-    put(i0 / 32, lane, zero ? int8_t{0} : round_clamp_i8(v[k] * id), zero ? 0.0f : d);
+    BQ8_0Act* out = reinterpret_cast<BQ8_0Act*>(q8_0) + i0 / 32;
+    if (lane == 0) out->d = zero ? 0.0f : d;
+    out->qs[lane] = zero ? 0 : round_clamp_i8(v[k] * id);
   }
-}
-template <int N>
-__device__ void block_quantize_q8_0_regs(const float (&v)[N], int64_t dim, uint8_t* q8_0) {
-  block_quantize_q8_0_regs_to(v, dim, [q8_0](int64_t b, int lane, int8_t q, float d) {
-    BQ8_0Act* out = reinterpret_cast<BQ8_0Act*>(q8_0) + b;
-    if (lane == 0) out->d = d;
-    out->qs[lane] = q;
-  });
 }
 
 // Quantizes row[0..dim) (written by this block before a __syncthreads) with the block's warps:

@@ -131,7 +131,6 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   kv_main_ = kv_main_mode();
   idx_query_main_ = idx_query_main_mode();
   hc_fused_ = !env_is_zero("DS4_CUDA_HC_FUSED");
-  qa_norm_fused_ = env_is_on("DS4_CUDA_QA_NORM_FUSED");  // measured -0.7 % / -0.2 % (perf-notes "Session 40")
   no_pdl_ = parse_no_pdl_sites(std::getenv("DS4_CUDA_NO_PDL"));
   prefetch_ = parse_prefetch_sites(std::getenv("DS4_CUDA_PREFETCH"));
   if (!l2_prefetch_supported()) prefetch_ = 0;
@@ -592,30 +591,17 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
     pair(op_h(L.attn_q_a, qr_.get()), op_h(L.attn_kv, kv_row_.get()));
   }
   mark("attn_q_a+kv matvecs");
-  // The q_a norm (spec §3.4.1) in the launches that read it, q_b's and (layers whose indexer
-  // runs) the indexer q_b's, with DS4_CUDA_QA_NORM_FUSED=1: each of their blocks norms qr_
-  // itself, so no norm launch comes between q_a and them. Else (the default: no gain measured,
-  // shapes they do not take) a launch of its own, which also quantizes its output for q_b when
-  // q_b reads Q8_0 activations.
-  const bool indexed = ratio == 4 && indexer_on;
+  // The q_a norm also quantizes its output for q_b when q_b reads Q8_0 activations.
   MatvecOp qb = op(L.attn_q_b, qr_.get(), q_.get());
-  MatvecOp iqb = op(L.idx_q_b, qr_.get(), iq_.get(), aux_act_.get());
-  for (MatvecOp* o : {&qb, &iqb}) {
-    o->norm_w = L.attn_q_a_norm.get();
-    o->norm_eps = c_.rms_eps;
-  }
-  const bool norm_in_q_b = qa_norm_fused_ && matvec_norm_fits(qb) && (!indexed || matvec_norm_fits(iqb));
-  if (!norm_in_q_b) {
-    qb.norm_w = iqb.norm_w = nullptr;
-    qb.act_ready = act_format(L.attn_q_b.type) == ActFormat::Q8_0;
-    rms_norm(qr_.get(), L.attn_q_a_norm.get(), qr_.get(), QL, 1, c_.rms_eps, qb.act_ready ? qb.act : nullptr);
-    mark("attn_q_a norm");
-  }
+  qb.act_ready = act_format(L.attn_q_b.type) == ActFormat::Q8_0;
+  rms_norm(qr_.get(), L.attn_q_a_norm.get(), qr_.get(), QL, 1, c_.rms_eps, qb.act_ready ? qb.act : nullptr);
+  mark("attn_q_a norm");
   // Beside q_b and the query norm+RoPE (aux stream): the indexer's scores and top-k, which read
   // qr_, h_ and the indexer rows (spec §3.4.7); its query runs before q_b on the main stream by
   // default. The KV row into the raw ring goes into the query norm+RoPE launch by default
   // (kv_main_mode: DS4_CUDA_KV_MAIN=1 and 2 give it a main-stream launch of its own, 0 the aux
   // stream), so the aux chain is the indexer's alone and other layers fork nothing.
+  const bool indexed = ratio == 4 && indexer_on;
   const bool kv_with_q = kv_main_ == 3;
   const bool kv_main = kv_with_q || kv_main_ == 2 || (kv_main_ == 1 && indexed);
   auto kv_store = [&] {
@@ -630,7 +616,7 @@ void CudaForward::attention_layer(uint32_t il, bool indexer_on) {
   const int idx_main = indexed ? idx_query_main_ : 0;
   auto idx_query = [&](int part) {
     if (part == 0) {
-      pair(iqb, op_h(L.idx_proj, iw_.get(), aux_act_.get()));
+      pair(op(L.idx_q_b, qr_.get(), iq_.get(), aux_act_.get()), op_h(L.idx_proj, iw_.get(), aux_act_.get()));
       mark("indexer q_b+proj matvecs");
     } else {
       indexer_rope_qat(iq_.get(), IH, ID, rope, n_pair_, pos);

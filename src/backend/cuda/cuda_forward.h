@@ -291,7 +291,6 @@ class CudaForward {
   DeviceArray<uint8_t> act_;
   DeviceArray<uint8_t> h_q8_0_, h_q8_k_;  // h_ quantized by hc_pre (Q8_0 / Q8_K activation rows)
   bool h_has_q8_0_ = false, h_has_q8_k_ = false;  // what the last hc_pre wrote there (op_h reads only that)
-  bool qa_norm_fused_ = false;  // the q_a norm in q_b's launches (DS4_CUDA_QA_NORM_FUSED=1), else a launch of its own
   bool hc_fused_ = true;  // hc_pre weights in the projection's pre block (DS4_CUDA_HC_FUSED=0: off)
   bool attn_rope_fused_ = true;  // inverse RoPE in the attention's combine launch (DS4_CUDA_ATTN_ROPE_FUSED=0: off)
   bool idx_first_ = true;  // the indexer compressor before the main one on branch_ (DS4_CUDA_IDX_FIRST=0: after)

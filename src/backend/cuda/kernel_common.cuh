@@ -140,31 +140,28 @@ __device__ float block_rms_scale(const float* xr, int64_t dim, float eps) {
   return block_rms_from_partial(acc, dim, eps);
 }
 
-// block_rms_norm_row's register form, for rows of at most N * blockDim.x values: every load
-// issued before the first use; out = x * s [* w] is also left in hv (value k of thread t is
-// element k * blockDim.x + t; 0 past dim), so a caller can quantize it without reading it back;
-// orow null: hv only. Any N that holds the row gives the same values (the registers past dim
-// add 0 to the thread's sum).
+// block_rms_norm_row's register form, for rows of at most kNormRegs * blockDim.x values: every
+// load issued before the first use; out = x * s [* w] is also left in hv (value k of thread t is
+// element k * blockDim.x + t; 0 past dim), so a caller can quantize it without reading it back.
 constexpr int kNormRegs = 16;
-template <int N>
 __device__ __forceinline__ void block_rms_norm_regs(const float* xr, const float* w, float* orow, int64_t dim,
-                                                    float eps, float (&hv)[N]) {
-  float wv[N];
+                                                    float eps, float (&hv)[kNormRegs]) {
+  float wv[kNormRegs];
 #pragma unroll
-  for (int k = 0; k < N; ++k) {
+  for (int k = 0; k < kNormRegs; ++k) {
     const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
     hv[k] = i < dim ? xr[i] : 0.0f;
     wv[k] = w && i < dim ? w[i] : 1.0f;
   }
   double acc = 0;
 #pragma unroll
-  for (int k = 0; k < N; ++k) acc += static_cast<double>(hv[k]) * hv[k];
+  for (int k = 0; k < kNormRegs; ++k) acc += static_cast<double>(hv[k]) * hv[k];
   const float s = block_rms_from_partial(acc, dim, eps);
 #pragma unroll
-  for (int k = 0; k < N; ++k) {
+  for (int k = 0; k < kNormRegs; ++k) {
     const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
     hv[k] = w ? hv[k] * s * wv[k] : hv[k] * s;
-    if (orow && i < dim) orow[i] = hv[k];
+    if (i < dim) orow[i] = hv[k];
   }
 }
 

@@ -97,20 +97,7 @@ struct MatvecOp {
   /// post->d, n_hc > kMaxHcStreams) in an hc_post launch after it: the same values either way.
   /// matvec_op only (matvec_pair runs an op with a post as its own launch).
   const HcPostEpi* post = nullptr;
-  /// When set, x is not yet normed: the matvec's input is rms_norm(x) * norm_w (model::rms_norm,
-  /// epsilon norm_eps; norm_w [cols]), which every block of the launch forms from x itself, then
-  /// quantizes, with rms_norm's arithmetic (block_rms_norm_regs over 256 threads), so the results
-  /// equal rms_norm followed by this matvec bit for bit and no norm launch comes between them.
-  /// Only where matvec_norm_fits(op); x is not written (the normed row is not stored).
-  const float* norm_w = nullptr;
-  float norm_eps = 0.0f;
 };
-
-/// Whether op's input norm (MatvecOp::norm_w) can run in its launch: one group with a shared
-/// input (x_stride 0), no post, F32/F16/BF16 or Q8_0 weights (F32 or Q8_0 activations), at most
-/// kMatvecNormCols values per row, and the streaming kernel's resident activation.
-bool matvec_norm_fits(const MatvecOp& op);
-constexpr int64_t kMatvecNormCols = 2048;
 
 /// Activation format of a weight type's matvec input (quant::activation_type): F32 for
 /// F32/F16/BF16, Q8_0 for Q8_0/MXFP4, Q8_K for Q2_K/Q4_K/IQ2_XXS, Bad otherwise.

@@ -456,11 +456,6 @@ struct MatvecJobs {
   // Read from the kernel parameters where used: as a MatvecArgs field (copied to registers with
   // the job) the streaming kernels spilled at their register cap.
   HcPostEpi post;
-  // The input norm of each job (MatvecOp::norm_w; norm_x null: none), read from the parameters
-  // as post is: the raw row, the norm's weights and epsilon.
-  const float* norm_x[2];
-  const float* norm_w[2];
-  float norm_eps[2];
 };
 
 // Value c of row r of the hc_post in the epilogue: hc_post_kernel's formula and order (no FMA:
@@ -699,28 +694,8 @@ __global__ void __launch_bounds__(kMvWarps * 32, 4) matvec_stream_kernel(MatvecJ
   const bool wide = T == kQ8_0 && jobs.q8_wide;
   const uint8_t* xq = xs;                                     // wide: int8 values,
   const float* xd = reinterpret_cast<const float*>(xs + nblk * 32);  // then the f32 scales
-  if (const float* nx = jobs.norm_x[blockIdx.z]) {
-    // The input's RMS norm by this block (MatvecOp::norm_w; groups == 1), as rms_norm_kernel
-    // forms it (256 threads), then its F32 values or Q8_0 blocks straight into shared memory.
-    float hv[kMatvecNormCols / (kMvWarps * 32)];
-    block_rms_norm_regs(nx, jobs.norm_w[blockIdx.z], nullptr, a.cols, jobs.norm_eps[blockIdx.z], hv);
-    if constexpr (ActFmt<T>::kBytes == 4) {
-#pragma unroll
-      for (int k = 0; k < static_cast<int>(sizeof(hv) / sizeof(float)); ++k) {
-        const int64_t i = threadIdx.x + k * int64_t{kMvWarps * 32};
-        if (i < a.cols) reinterpret_cast<float*>(xs)[i] = hv[k];
-      }
-    } else if constexpr (ActFmt<T>::kBytes == 36) {
-      if (wide)
-        block_quantize_q8_0_regs_to(hv, a.cols, [xs, nblk](int64_t b, int l, int8_t q, float d) {
-          reinterpret_cast<int8_t*>(xs)[b * 32 + l] = q;
-          if (l == 0) reinterpret_cast<float*>(xs + nblk * 32)[b] = d;
-        });
-      else
-        block_quantize_q8_0_regs(hv, a.cols, xs);
-    }
-  } else {  // the whole activation row, 4-byte words (wide: split, word w of block b its scale (w == 0)
-            // or values 4(w-1)..)
+  {  // the whole activation row, 4-byte words (wide: split, word w of block b its scale (w == 0)
+     // or values 4(w-1)..)
     const int n4 = static_cast<int>(nblk * kAct / 4);
     const auto* x4 = reinterpret_cast<const int*>(a.act + g * a.act_stride);
     if (wide) {
@@ -1243,8 +1218,6 @@ void launch_matvec(MatvecJobs jobs, int n_jobs, int groups) {
     vec = vec && reinterpret_cast<uintptr_t>(a.w) % 16 == 0 && a.row_bytes % 16 == 0;
   }
   if (launch_rowslice<T>(jobs, n_jobs, groups)) return;
-  if ((jobs.norm_x[0] || jobs.norm_x[1]) && !resident)
-    fail("a CUDA matvec with its input norm does not take the streaming kernel (a bug: see matvec_norm_fits)");
   // The 2-lanes-per-block Q8_0 dot wins on the big projections (q_b, o_a, o_b, output: -9 to -16 %
   // per matrix on the H200) and loses on the small ones (q_a, kv, shared expert: +6 to +24 %),
   // where the split activation staging is not amortised over enough rows.
@@ -1312,9 +1285,6 @@ void quantize_src(ActFormat at, Src src, int64_t cols, int rows, uint8_t* act, s
 // returns the kernel arguments.
 MatvecArgs prepare(const MatvecOp& op) {
   const DevMatrix& w = *op.w;
-  if (op.norm_w && !matvec_norm_fits(op))
-    fail("a CUDA matvec of {} x {} values (type {}) cannot norm its input (a bug: see matvec_norm_fits)", w.rows,
-         w.cols, w.type);
   const ActFormat at = act_of(w.type);
   const int q_rows = op.x_stride == 0 ? 1 : op.groups;
   const size_t ab = act_row_bytes(w.type, w.cols);
@@ -1326,17 +1296,9 @@ MatvecArgs prepare(const MatvecOp& op) {
     return a;
   }
   a.act = op.act;
-  if (op.act_ready || op.norm_w) return a;  // a norm in the launch quantizes its own input
+  if (op.act_ready) return a;
   quantize_src(at, RowSrc{op.x, op.x_stride}, w.cols, q_rows, op.act, ab);
   return a;
-}
-
-// Job j of `jobs` is op (prepare), with op's input norm (MatvecOp::norm_w), if any.
-void set_job(MatvecJobs& jobs, int j, const MatvecOp& op) {
-  jobs.job[j] = prepare(op);
-  jobs.norm_x[j] = op.norm_w ? op.x : nullptr;
-  jobs.norm_w[j] = op.norm_w;
-  jobs.norm_eps[j] = op.norm_eps;
 }
 
 void launch_jobs(uint32_t type, const MatvecJobs& jobs, int n_jobs, int groups) {
@@ -1370,7 +1332,7 @@ bool post_in_epilogue(const MatvecOp& op) {
 void run_single(const MatvecOp& op) {
   if (op.n_rows <= 0 || op.groups <= 0) return;
   MatvecJobs jobs{};
-  set_job(jobs, 0, op);
+  jobs.job[0] = prepare(op);
   const bool epi = op.post != nullptr && post_in_epilogue(op);
   if (epi) jobs.post = *op.post;
   launch_jobs(op.w->type, jobs, 1, op.groups);
@@ -1389,16 +1351,6 @@ void matvec(const DevMatrix& w, int64_t row0, int64_t n_rows, int64_t group_rows
 }
 
 ActFormat act_format(uint32_t type) { return act_of(type); }
-
-bool matvec_norm_fits(const MatvecOp& op) {
-  static_assert(kMvWarps * 32 == kThreads, "the in-launch norm sums as rms_norm_kernel's 256 threads do");
-  if (op.w == nullptr || op.groups != 1 || op.x_stride != 0 || op.post != nullptr || op.ids != nullptr ||
-      op.w->cols > kMatvecNormCols || op.w->cols % 32 != 0)
-    return false;
-  const ActFormat at = act_of(op.w->type);
-  return (at == ActFormat::F32 || at == ActFormat::Q8_0) &&
-         act_row_bytes(op.w->type, op.w->cols) <= static_cast<size_t>(kActResident);
-}
 
 void matvec_op(const MatvecOp& op) { run_single(op); }
 
@@ -1439,26 +1391,22 @@ void matvec_pair(const MatvecOp& a, const MatvecOp& b) {
   }
   // The same input in the same format is quantized once; different inputs need two buffers
   // (inputs quantized beforehand into one buffer are the same input).
-  const bool normed = a.norm_w || b.norm_w;
-  const bool shared = a.x == b.x && a.x_stride == b.x_stride && a.w->cols == b.w->cols && !b.act_ready && !normed;
+  const bool shared = a.x == b.x && a.x_stride == b.x_stride && a.w->cols == b.w->cols && !b.act_ready;
   const bool both_ready = a.act_ready && b.act_ready;
-  // An input norm needs the streaming kernel, so both jobs' activations must fit it.
-  const bool resident = !normed || std::max(act_row_bytes(a.w->type, a.w->cols), act_row_bytes(b.w->type, b.w->cols)) <=
-                                       static_cast<size_t>(kActResident);
-  if (a.w->type != b.w->type || a.groups != b.groups || !resident ||
-      (!shared && !both_ready && !normed && act_of(a.w->type) != ActFormat::F32 && a.act == b.act)) {
+  if (a.w->type != b.w->type || a.groups != b.groups ||
+      (!shared && !both_ready && act_of(a.w->type) != ActFormat::F32 && a.act == b.act)) {
     run_single(a);
     run_single(b);
     return;
   }
   MatvecJobs jobs{};
-  set_job(jobs, 0, a);
+  jobs.job[0] = prepare(a);
   MatvecOp bb = b;
   if (shared) {
     bb.act = a.act;
     bb.act_ready = true;
   }
-  set_job(jobs, 1, bb);
+  jobs.job[1] = prepare(bb);
   launch_jobs(a.w->type, jobs, 2, a.groups);
 }
 
