@@ -13,6 +13,7 @@
 
 #include "backend/cuda/launch_stream.h"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/phase_stamps.cuh"
 #include "common/error.h"
 
 namespace ds4::cuda {
@@ -143,9 +144,11 @@ __device__ float block_rms_scale(const float* xr, int64_t dim, float eps) {
 // block_rms_norm_row's register form, for rows of at most kNormRegs * blockDim.x values: every
 // load issued before the first use; out = x * s [* w] is also left in hv (value k of thread t is
 // element k * blockDim.x + t; 0 past dim), so a caller can quantize it without reading it back.
+// ps: phase stamps in a -DDS4_CUDA_PHASE_STAMPS build (the loads landed and summed, the block's
+// scale, the stores), else null.
 constexpr int kNormRegs = 16;
 __device__ __forceinline__ void block_rms_norm_regs(const float* xr, const float* w, float* orow, int64_t dim,
-                                                    float eps, float (&hv)[kNormRegs]) {
+                                                    float eps, float (&hv)[kNormRegs], PhaseStamps* ps = nullptr) {
   float wv[kNormRegs];
 #pragma unroll
   for (int k = 0; k < kNormRegs; ++k) {
@@ -156,13 +159,16 @@ __device__ __forceinline__ void block_rms_norm_regs(const float* xr, const float
   double acc = 0;
 #pragma unroll
   for (int k = 0; k < kNormRegs; ++k) acc += static_cast<double>(hv[k]) * hv[k];
+  DS4_PHASE_PTR(ps);
   const float s = block_rms_from_partial(acc, dim, eps);
+  DS4_PHASE_PTR(ps);
 #pragma unroll
   for (int k = 0; k < kNormRegs; ++k) {
     const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
     hv[k] = w ? hv[k] * s * wv[k] : hv[k] * s;
     if (i < dim) orow[i] = hv[k];
   }
+  DS4_PHASE_PTR(ps);
 }
 
 // out = x * s [* w] for one row by the whole block. Rows of at most kNormRegs * blockDim.x values

@@ -25,15 +25,19 @@ namespace {
 
 __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int64_t dim, float eps,
                                 uint8_t* q8_0) {
+  DS4_PHASE_BEGIN(ps);  // phase stamps (-DDS4_CUDA_PHASE_STAMPS builds): the q_a norm's ~7 us
   pdl_wait();
   pdl_trigger();
+  DS4_PHASE(ps);
   const float* xr = x + blockIdx.x * dim;
   float* orow = out + blockIdx.x * dim;
   uint8_t* qrow = q8_0 ? q8_0 + blockIdx.x * (dim / 32) * sizeof(BQ8_0Act) : nullptr;
   if (qrow && dim <= kNormRegs * static_cast<int64_t>(blockDim.x)) {  // Q8_0 from registers
     float hv[kNormRegs];
-    block_rms_norm_regs(xr, w, orow, dim, eps, hv);
+    block_rms_norm_regs(xr, w, orow, dim, eps, hv, DS4_PHASE_ADDR(ps));
     block_quantize_q8_0_regs(hv, dim, qrow);
+    DS4_PHASE(ps);
+    DS4_PHASE_PRINT(ps, "qa_norm", blockIdx.x == 0);  // wait, sum, scale, stores, Q8_0
     return;
   }
   block_rms_norm_row(xr, w, orow, dim, eps);
