@@ -521,9 +521,6 @@ TEST_F(CudaKernels, HcNormMatvecBatchEqualsPerTokenReference) {
 // chunks with the activation resident in shared memory, activations too large to stay resident
 // (the chunked kernel), rows whose size is not a multiple of 16 bytes, expert groups selected by
 // ids (a negative id gives zeros) and a paired launch sharing one quantized input.
-// The device row layout (weight_layout.cuh): Q8_0 and IQ2_XXS rows become payloads then scales,
-// built here from the GGUF block fields; other types are untouched; rows that are not whole
-// blocks are an error.
 // A prefetch writes nothing and skips the ids outside [0, id_limit) (other ranks' experts, -1):
 // the prefetched bytes read back unchanged, and no launch error follows ranges with unaligned
 // ends, ranges shorter than 16 bytes, and ids that would point past the buffer.
@@ -551,6 +548,9 @@ TEST_F(CudaKernels, L2PrefetchWritesNothingAndSkipsInvalidIds) {
   EXPECT_THROW(cuda::l2_prefetch(too_many), Error);
 }
 
+// The device row layout (weight_layout.cuh): Q8_0 and IQ2_XXS rows become payloads then scales,
+// built here from the GGUF block fields; other types are untouched; rows that are not whole
+// blocks are an error.
 TEST_F(CudaKernels, DeviceLayoutSplitsRowsIntoPayloadsThenScales) {
   struct Case { GgmlType type; int64_t cols; size_t block, payload; };
   for (const Case c : {Case{GgmlType::Q8_0, 96, 34, 32}, Case{GgmlType::IQ2_XXS, 512, 66, 64},

@@ -248,10 +248,11 @@ CudaForward::CudaForward(const model::Config& c, const DeviceWeights& dw, int64_
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&aux_fork_, cudaEventDisableTiming);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&aux_join_, cudaEventDisableTiming);
   if (st == cudaSuccess) st = cudaEventCreateWithFlags(&idx_rows_, cudaEventDisableTiming);
-  // The prefetches' blocks (one warp each, issue and exit) go before any pending block.
-  if (st == cudaSuccess) st = cudaStreamCreateWithPriority(&pf_, cudaStreamDefault, greatest);
-  if (st == cudaSuccess) st = cudaEventCreateWithFlags(&pf_fork_, cudaEventDisableTiming);
-  if (st == cudaSuccess) st = cudaEventCreateWithFlags(&pf_join_, cudaEventDisableTiming);
+  // The prefetches' blocks (one warp each, issue and exit) go before any pending block; only
+  // sessions with a DS4_CUDA_PREFETCH site make the stream.
+  if (st == cudaSuccess && prefetch_) st = cudaStreamCreateWithPriority(&pf_, cudaStreamDefault, greatest);
+  if (st == cudaSuccess && prefetch_) st = cudaEventCreateWithFlags(&pf_fork_, cudaEventDisableTiming);
+  if (st == cudaSuccess && prefetch_) st = cudaEventCreateWithFlags(&pf_join_, cudaEventDisableTiming);
   if (st != cudaSuccess) {
     release_streams();
     check(st, "CUDA stream/event creation");

@@ -76,8 +76,9 @@ unsigned parse_no_pdl_sites(const char* list);
 enum class PrefetchSite : unsigned { Q, Idx, Oa, Router, Shexp, Down, Count };
 
 /// The DS4_CUDA_PREFETCH value `list` as a bit per PrefetchSite: null (unset) gives the default,
-/// none (no site gained on an H100: perf-notes "Session 40"); empty gives none too; else colon-separated names q, idx, o_a, router, shexp, down.
-/// Throws ds4::Error naming the unknown site and the valid ones.
+/// none (no site gained on an H100: perf-notes "Session 40"); empty gives none too; else
+/// colon-separated names q, idx, o_a, router, shexp, down. Throws ds4::Error naming the unknown
+/// site and the valid ones.
 unsigned parse_prefetch_sites(const char* list);
 
 /// Runs tokens through the model on the device for one session of `ctx` tokens.

@@ -33,6 +33,15 @@ int sm_count() {
   return n > 0 ? n : 1;
 }
 
+// The current device's compute capability major version (0 when it cannot be queried).
+int cc_major() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return 0;
+  return major;
+}
+
 // Programmatic dependent launch (see pdl_enabled). Every kernel launched by launch_k calls
 // pdl_wait() before it reads or writes any buffer another kernel touches, and pdl_trigger() so
 // the next kernel may be scheduled early. Before the wait a kernel may read only constant

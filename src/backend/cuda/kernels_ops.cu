@@ -353,11 +353,7 @@ __global__ void sleep_kernel(int64_t us) {
 
 void device_sleep(int64_t us) { sleep_kernel<<<1, 1, 0, stream()>>>(us); }
 
-bool l2_prefetch_supported() {
-  int dev = 0, major = 0;
-  return cudaGetDevice(&dev) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
-}
+bool l2_prefetch_supported() { return cc_major() >= 9; }
 
 void l2_prefetch(const L2Prefetch& p) {
   if (p.n < 0 || p.n > kL2MaxRanges) fail("l2_prefetch: {} ranges (at most {})", p.n, kL2MaxRanges);
@@ -491,12 +487,7 @@ size_t smem_limit() {
 
 bool pdl_enabled() {
   static const bool off = env_is_zero("DS4_CUDA_PDL") || StepProfile::requested();
-  if (off) return false;
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-    return false;
-  return major >= 9;
+  return !off && cc_major() >= 9;
 }
 
 }  // namespace ds4::cuda

@@ -2701,12 +2701,7 @@ bool launch_predecode(const MatmatArgs& a, int groups) {
 }
 
 // Compute capability >= 8.0 on the current device (integer mma.sync).
-bool has_int8_mma() {
-  int dev = 0, major = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  return major >= 8;
-}
+bool has_int8_mma() { return cc_major() >= 8; }
 
 template <uint32_t T>
 void launch_matmat(const MatmatArgs& a, int groups) {
