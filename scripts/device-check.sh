@@ -22,7 +22,9 @@
 #   sprof    DS4_CUDA_PROFILE=1 decode step profile at $PROFILE_CTX (default 2048), once per entry of $AB
 #   ncu      Nsight Compute of $KERNEL (regex, default "rowslice"), $NCU_COUNT launches (4) after skipping
 #            $NCU_SKIP launches of it (0; e.g. NCU_SKIP=4 to start past the first layers), at $PROFILE_CTX;
-#            NCU_SOURCE=1: also the stall samples per SASS instruction (ncu-source.csv)
+#            NCU_SOURCE=1: also the stall samples per SASS instruction (ncu-source.csv; summary:
+#            scripts/ncu-source-summary.py); NCU_PREFILL=1: a prefill of $PROFILE_CTX tokens in place of
+#            the decode step (e.g. KERNEL=predecode NCU_SKIP=9 NCU_COUNT=3: layer 3's routed experts)
 #   timeline every kernel of the last 3 decode steps at $PROFILE_CTX (CUPTI: DS4_CUDA_TIMELINE), once per entry
 #            of $AB, into $OUT/timeline.ENTRY.{kernels,graph}.csv; read them with scripts/timeline-report.py
 #   ktime    every decode kernel's duration at $PROFILE_CTX (default 2048; ncu, graph nodes one by one, serialised):
@@ -202,14 +204,16 @@ for step in $STEPS; do
         done
       fi
       ;;
-    ncu)  # KERNEL=regex (default the routed-expert matvecs): a few launches of a decode step at $PROFILE_CTX
+    ncu)  # KERNEL=regex (default the routed-expert matvecs): a few launches of a decode step at $PROFILE_CTX (NCU_PREFILL=1: of a prefill)
       # NCU_SOURCE=1 also samples warp stalls per SASS instruction (ncu-source.csv: the source page)
       src=()
       [ "${NCU_SOURCE:-0}" = 1 ] && src=(--section SourceCounters --import-source no -o "$OUT/ncu" -f)
+      fill=(--fill-state)
+      [ "${NCU_PREFILL:-0}" = 1 ] && fill=()
       DS4_CUDA_GRAPH=0 DS4_CUDA_PDL=0 ncu --clock-control none -k "regex:${KERNEL:-rowslice}" -s "${NCU_SKIP:-0}" -c "${NCU_COUNT:-4}" \
         --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
         --section LaunchStats --section SchedulerStats --metrics "$(stall_metrics)" "${src[@]}" \
-        "$BIN/ds4-bench" --cuda "${SYNTH[@]}" --fill-state --ctx-start "${PROFILE_CTX:-2048}" \
+        "$BIN/ds4-bench" --cuda "${SYNTH[@]}" "${fill[@]}" --ctx-start "${PROFILE_CTX:-2048}" \
         --ctx-max "${PROFILE_CTX:-2048}" -n 1 >"$OUT/ncu${src:+-run}.log" 2>&1  # with -o: the run's log apart
       if [ ${#src[@]} -gt 0 ]; then
         ncu --import "$OUT/ncu.ncu-rep" --print-details all >"$OUT/ncu.log" 2>&1

@@ -100,5 +100,16 @@ grep -qx "sass: 2 kernels matching combine in sass.txt" "$tmp/fs/summary.txt" ||
 tar xzf "$tmp/fs/logs.tar.gz" -C "$tmp/fs" 2>/dev/null
 [ "$(grep -c 'MOV R1' "$tmp/fs/sass.txt" 2>/dev/null)" = 2 ] && ! grep -q rowslice "$tmp/fs/sass.txt" ||
   bad "sass.txt does not hold exactly the combine kernels: $(cat "$tmp/fs/sass.txt" 2>&1)"
+# The ncu step profiles a decode step (--fill-state) or, with NCU_PREFILL=1, a prefill of
+# PROFILE_CTX tokens (a stand-in ncu on PATH records its arguments).
+printf '#!/bin/sh\necho "$*" >>"$NCU_ARGS"\n' >"$tmp/tools/ncu" && chmod +x "$tmp/tools/ncu"
+env PATH="$tmp/tools:$PATH" NCU_ARGS="$tmp/ncu-decode" OUT="$tmp/fn1" KERNEL=predecode NCU_SKIP=9 NCU_COUNT=3 \
+  bash "$script" "$tmp/fa" ncu >/dev/null 2>&1
+grep -q -- "-k regex:predecode -s 9 -c 3 .*ds4-bench --cuda --synthetic flash-q2 --fill-state --ctx-start 2048 --ctx-max 2048 -n 1$" \
+  "$tmp/ncu-decode" 2>/dev/null && ok || bad "ncu step (decode): $(cat "$tmp/ncu-decode" 2>&1)"
+env PATH="$tmp/tools:$PATH" NCU_ARGS="$tmp/ncu-prefill" OUT="$tmp/fn2" NCU_PREFILL=1 PROFILE_CTX=4096 \
+  bash "$script" "$tmp/fa" ncu >/dev/null 2>&1
+grep -q -- "ds4-bench --cuda --synthetic flash-q2 --ctx-start 4096 --ctx-max 4096 -n 1$" "$tmp/ncu-prefill" 2>/dev/null &&
+  ! grep -q -- "--fill-state" "$tmp/ncu-prefill" && ok || bad "ncu step (NCU_PREFILL=1): $(cat "$tmp/ncu-prefill" 2>&1)"
 echo "device-check script: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
