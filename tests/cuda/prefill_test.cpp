@@ -79,13 +79,15 @@ void expect_grouped_matmat_equals_matvecs(const cuda::DevMatrix& w, int64_t R, i
 // type, 45 tokens (two passes of 32), rows not a multiple of the block's 8 and columns ending in
 // a partial staging chunk (4864: 19 super-blocks) or in whole K tiles of 4 super-blocks (4096:
 // the staged (predecode) expert-list kernel, with ~27 tokens per expert, or 117 tokens per
-// expert: passes of up to 48 or 64 tokens, the last partial; and 40 or 100 rows per expert:
+// expert: passes of up to 48 or 64 tokens, the last partial; 42-76 tokens per expert (130 or
+// 160 tokens, 2 of 5 experts each), on both sides of 48 and 64, the limits of
+// DS4_CUDA_PREDECODE_SPLIT's two launches, 64 itself included; and 40 or 100 rows per expert:
 // blocks of 64 or 128 rows with partly or wholly idle warps).
 TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   cuda::prepare_device(0);
   const int n = 45, U = 3, E = 5, G = 3;
-  const int kNe = 117, kInMax = std::max(n * U, 2 * kNe);  // the second expert case (below)
+  const int kNe = 117, kInMax = std::max({n * U, 2 * kNe, 160 * 2});  // the expert cases (below)
   const int64_t R = 77, FF_max = 100;
   for (const int64_t cols : {int64_t{4864}, int64_t{4096}})
   for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::MXFP4,
@@ -128,11 +130,12 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
     expect_grouped_matmat_equals_matvecs(w, R, G, n, x.get(), cols, act.get(), act1.get(), "grouped");
     // Experts by list: token k's slots select U distinct experts of E; entry k*U + s. The second
     // case gives each of 2 experts all 117 tokens: several passes of the predecode kernel (the
-    // last partial).
+    // last partial). The last two give 5 experts 42-62 and 52-76 tokens (counts per in_div:
+    // 130 tokens 62 42 46 59 51 / 56 44 55 54 51, 160 tokens 76 52 62 66 64 / 67 62 66 63 62).
     struct ExpertCase {
       int n, U, E;
     };
-    for (const ExpertCase ec : {ExpertCase{n, U, E}, ExpertCase{kNe, 2, 2}})
+    for (const ExpertCase ec : {ExpertCase{n, U, E}, ExpertCase{kNe, 2, 2}, ExpertCase{130, 2, 5}, ExpertCase{160, 2, 5}})
     for (const int64_t FF : {int64_t{40}, FF_max})
     for (const int in_div : {ec.U, 1}) {  // gate/up (input shared per token) and down (per slot)
       SCOPED_TRACE(ec.n);
@@ -173,6 +176,10 @@ TEST(CudaMatmat, EqualsSingleTokenMatvecsBitForBit) {
       int total = 0;
       for (int v : c) total += v;
       EXPECT_EQ(total, ec.n * ec.U);
+      if (ec.n >= 130) {  // experts on both sides of the split's classes (49..64 tokens and the rest)
+        EXPECT_TRUE(std::any_of(c.begin(), c.end(), [](int v) { return v > 48 && v <= 64; }));
+        EXPECT_TRUE(std::any_of(c.begin(), c.end(), [](int v) { return v <= 48 || v > 64; }));
+      }
       EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << "experts, in_div " << in_div << ", FF " << FF;
     }
   }

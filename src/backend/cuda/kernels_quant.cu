@@ -1454,6 +1454,11 @@ struct MatmatArgs {
   size_t act_stride;  // bytes between input rows (quantized rows, or f32 rows for float weights)
   float* y;
   int64_t y_stride, y_gstride;
+  // Expert classes (the predecode kernel, expert lists only): with cls_hi > cls_lo, a block
+  // takes group g only if (cls_lo < cnt[g] <= cls_hi) == cls_in, so that two launches of
+  // different shapes share the experts between them (DS4_CUDA_PREDECODE_SPLIT).
+  int cls_lo = 0, cls_hi = 0;
+  bool cls_in = false;
 };
 
 constexpr size_t kMmSmem = static_cast<size_t>(kMmWarps) * kMmStage +
@@ -2329,6 +2334,7 @@ __global__ void __launch_bounds__(kW * 32, kMinBlocks) matmat_predecode_kernel(M
   const int n = a.cnt[grp];
   const int64_t rb = static_cast<int64_t>(blockIdx.x) * L::kRows;
   if (n <= 0 || rb >= a.n_rows) return;  // whole block
+  if (a.cls_hi > a.cls_lo && ((a.cls_lo < n && n <= a.cls_hi) != a.cls_in)) return;  // the other launch's expert
   const int tid = threadIdx.x, warp = tid / 32, lane = tid & 31, g = lane >> 2, t = lane & 3;
   if constexpr (T == kIQ2_XXS) {
     Tables& tw = *reinterpret_cast<Tables*>(pd_smem);
@@ -2674,6 +2680,17 @@ int predecode_ktile() {
   return n;
 }
 
+// DS4_CUDA_PREDECODE_SPLIT=1 (with the default K tiles of 2 blocks, IQ2_XXS and Q2_K): the
+// experts with 49..64 tokens go to a launch of 8 token tiles per pass at 6 warps (KTILE=3's
+// shape), which decodes their weights once, and the others to the default shape (6 tiles at
+// 8 warps), which takes two passes, so two decodes, for 49..96 tokens. With ~48 tokens per
+// expert at 2048-token chunks (the synthetic model's routing), ~47 % of the experts are in
+// 49..64. Off until measured on a device (staged in session 41, which had none).
+bool predecode_split() {
+  static const bool on = env_is_on("DS4_CUDA_PREDECODE_SPLIT");
+  return on;
+}
+
 // matmat_predecode_kernel's shape under DS4_CUDA_PREDECODE_KTILE=4: 128-row
 // blocks (1 block per SM), IQ2_XXS with 8 token tiles
 // per pass (64 tokens, 220 KB, 124 registers; +1 % prefill over 6 tiles in three runs:
@@ -2753,6 +2770,17 @@ void launch_matmat(const MatmatArgs& a, int groups) {
           // on one with less (99 KiB per block: sm_86, sm_89, sm_120) the next is tried: the
           // 64-row shape, then 64 rows with K tiles of 2 blocks, then matmat_mma_kernel below.
           if constexpr (T == kIQ2_XXS || T == kQ2_K) {
+            using Few = Pd<T, 6, 8, 2>;
+            using Many = Pd<T, 8, 6, 2>;
+            if (ktile == 2 && predecode_split() && Few::kSmem <= smem_limit() && Many::kSmem <= smem_limit()) {
+              MatmatArgs few = a, many = a;
+              few.cls_lo = many.cls_lo = Few::kTok;
+              few.cls_hi = many.cls_hi = Many::kTok;
+              many.cls_in = true;
+              launch_predecode<T, 6, 8, 2, 2>(few, groups);
+              launch_predecode<T, 8, 6, 2, 2>(many, groups);
+              return;
+            }
             if (ktile == 2 && launch_predecode<T, 6, 8, 2, 2>(a, groups)) return;
             if (ktile == 3 && launch_predecode<T, 8, 6, 2, 2>(a, groups)) return;
             if (ktile == 4 && pmode == 3 && launch_predecode<T, T == kIQ2_XXS ? 8 : 6, 8>(a, groups)) return;
