@@ -38,12 +38,14 @@ def main():
     ap.add_argument("file")
     ap.add_argument("--top", type=int, default=40)
     args = ap.parse_args()
+    if args.top < 1:
+        ap.error(f"--top must be at least 1, not {args.top}")
     opener = gzip.open if args.file.endswith(".gz") else open
     try:
         with opener(args.file, "rt", newline="") as f:
             rows = list(csv.reader(f))
-    except OSError as e:
-        sys.exit(f"{args.file}: {e}")
+    except (OSError, EOFError, UnicodeDecodeError, csv.Error) as e:  # unreadable, truncated .gz, not text
+        sys.exit(f"{args.file}: cannot read it as a CSV ({type(e).__name__}: {e})")
     head = next((i for i, r in enumerate(rows) if r and r[0].lstrip("# ") == "Address"), None)
     if head is None:
         sys.exit(f"{args.file}: no 'Address' header row: not an ncu source-page CSV")
