@@ -204,8 +204,8 @@ for step in $STEPS; do
         done
       fi
       ;;
-    ncu)  # KERNEL=regex (default the routed-expert matvecs): a few launches of a decode step at $PROFILE_CTX (NCU_PREFILL=1: of a prefill)
-      # NCU_SOURCE=1 also samples warp stalls per SASS instruction (ncu-source.csv: the source page)
+    ncu)  # KERNEL=regex (default the routed-expert matvecs): a few launches of a decode step at $PROFILE_CTX
+      # (NCU_PREFILL=1: of a prefill); NCU_SOURCE=1 also samples warp stalls per SASS instruction (ncu-source.csv)
       src=()
       [ "${NCU_SOURCE:-0}" = 1 ] && src=(--section SourceCounters --import-source no -o "$OUT/ncu" -f)
       fill=(--fill-state)

@@ -2705,10 +2705,16 @@ int predecode_mode() {
   return mode;
 }
 
+// Whether matmat_predecode_kernel's shape <T, kG, kW, kBlk> fits the device's shared memory.
+template <uint32_t T, int kG, int kW, int kBlk = kSgBlk>
+bool predecode_fits() {
+  return Pd<T, kG, kW, kBlk>::kSmem <= smem_limit();
+}
+
 template <uint32_t T, int kG, int kW, int kBlk = kSgBlk, int kMinBlocks = 0>
 bool launch_predecode(const MatmatArgs& a, int groups) {
   using L = Pd<T, kG, kW, kBlk>;
-  if (L::kSmem > smem_limit()) return false;
+  if (!predecode_fits<T, kG, kW, kBlk>()) return false;
   auto* k = matmat_predecode_kernel<T, kG, kW, kBlk, kMinBlocks>;
   allow_dynamic_smem(reinterpret_cast<const void*>(k), L::kSmem);
   cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
@@ -2770,12 +2776,11 @@ void launch_matmat(const MatmatArgs& a, int groups) {
           // on one with less (99 KiB per block: sm_86, sm_89, sm_120) the next is tried: the
           // 64-row shape, then 64 rows with K tiles of 2 blocks, then matmat_mma_kernel below.
           if constexpr (T == kIQ2_XXS || T == kQ2_K) {
-            using Few = Pd<T, 6, 8, 2>;
-            using Many = Pd<T, 8, 6, 2>;
-            if (ktile == 2 && predecode_split() && Few::kSmem <= smem_limit() && Many::kSmem <= smem_limit()) {
+            // Both shapes or neither: the split's launches share the experts between them.
+            if (ktile == 2 && predecode_split() && predecode_fits<T, 6, 8, 2>() && predecode_fits<T, 8, 6, 2>()) {
               MatmatArgs few = a, many = a;
-              few.cls_lo = many.cls_lo = Few::kTok;
-              few.cls_hi = many.cls_hi = Many::kTok;
+              few.cls_lo = many.cls_lo = Pd<T, 6, 8, 2>::kTok;
+              few.cls_hi = many.cls_hi = Pd<T, 8, 6, 2>::kTok;
               many.cls_in = true;
               launch_predecode<T, 6, 8, 2, 2>(few, groups);
               launch_predecode<T, 8, 6, 2, 2>(many, groups);
